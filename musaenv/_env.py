@@ -1,0 +1,53 @@
+"""The one place musaenv reads environment variables.
+
+* ``MUSAENV_CACHE_DIR``: build cache and reference-timing cache (default ``~/.cache/musaenv``).
+* ``CUDA_HOME`` / ``CUDA_PATH``: CUDA toolkit root (default ``/usr/local/cuda`` if it has ``bin/nvcc``).
+  The ``nvcc`` found on PATH is deliberately not used to derive it: it may be a wrapper script elsewhere.
+* ``MUSA_HOME``: MUSA toolkit root (default ``/usr/local/musa``).
+* ``MUSAENV_SANDBOX_IMPL``: how the worker sandbox is applied: ``auto`` (default), ``extension`` or ``python``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["cache_dir", "cuda_home", "musa_home", "sandbox_implementation"]
+
+
+def cache_dir() -> Path:
+    """Root of musaenv's caches (created on first use by the callers that write there)."""
+    env = os.environ.get("MUSAENV_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "musaenv"
+
+
+def cuda_home() -> Path | None:
+    """CUDA toolkit root: ``CUDA_HOME``, then ``CUDA_PATH``, then ``/usr/local/cuda``; ``None`` without nvcc."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        v = os.environ.get(var)
+        if v and (Path(v) / "bin" / "nvcc").exists():
+            return Path(v)
+    default = Path("/usr/local/cuda")
+    return default if (default / "bin" / "nvcc").exists() else None
+
+
+def musa_home() -> Path | None:
+    """MUSA toolkit root: ``MUSA_HOME``, then ``/usr/local/musa``; ``None`` when absent."""
+    v = os.environ.get("MUSA_HOME")
+    if v and Path(v).exists():
+        return Path(v)
+    default = Path("/usr/local/musa")
+    return default if default.exists() else None
+
+
+def sandbox_implementation() -> str:
+    """``MUSAENV_SANDBOX_IMPL``, lower-cased: ``auto`` (default), ``extension`` or ``python``.
+
+    ``auto`` uses the C++ helper when it is built, else ctypes; ``python`` forces the ctypes fallback (tests).
+    Validated by :func:`musaenv.evaluator.sandbox.enter_sandbox`.
+    """
+    return os.environ.get("MUSAENV_SANDBOX_IMPL", "").strip().lower() or "auto"

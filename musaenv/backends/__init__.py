@@ -1,0 +1,104 @@
+"""Backends: where candidates run and how their kernels are built.
+
+Each backend is described by a :class:`BackendInfo`; :func:`resolve_backend` turns a user's choice
+(``auto``, ``cpu``, ``cuda``, ``triton``, ``musa``) into one, probing the machine without initialising a device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass
+
+from musaenv import _env
+from musaenv.errors import BackendUnavailableError
+
+__all__ = ["BACKENDS", "BackendInfo", "resolve_backend"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "cpu", "cuda", "triton", "musa")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """A resolved backend.
+
+    Attributes:
+        name: ``cpu``, ``cuda``, ``triton`` or ``musa``.
+        device: torch device string candidates run on (``cpu``, ``cuda``, ``musa``).
+        tier: Size tier of built-in tasks that suits it (``cpu`` or ``gpu``).
+        compile_only: True when the device is absent: sources are compiled for real but not run.
+        reason: Why it was chosen or why it is compile-only.
+    """
+
+    name: str
+    device: str
+    tier: str
+    compile_only: bool = False
+    reason: str = ""
+
+
+def _cuda_device_present() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _musa_present() -> bool:
+    if importlib.util.find_spec("torch_musa") is None:
+        return False
+    try:
+        import torch
+        import torch_musa  # noqa: F401
+
+        return bool(torch.musa.is_available())  # type: ignore[attr-defined]
+    except Exception:  # a broken torch_musa install means no MUSA device for us
+        return False
+
+
+def resolve_backend(name: str = "auto") -> BackendInfo:
+    """Resolve a backend name for this machine.
+
+    Raises:
+        BackendUnavailableError: the backend can neither run nor compile here.
+    """
+    if name not in BACKENDS:
+        raise BackendUnavailableError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
+    if name == "auto":
+        if _cuda_device_present():
+            return BackendInfo("cuda", "cuda", "gpu", reason="a CUDA GPU is visible")
+        if _musa_present():
+            return BackendInfo("musa", "musa", "gpu", reason="torch_musa imports and sees a MUSA GPU")
+        return BackendInfo("cpu", "cpu", "cpu", reason="no GPU visible")
+    if name == "cpu":
+        return BackendInfo("cpu", "cpu", "cpu")
+    if name == "cuda":
+        if _cuda_device_present():
+            return BackendInfo("cuda", "cuda", "gpu")
+        if _env.cuda_home() is not None:
+            return BackendInfo(
+                "cuda",
+                "cpu",
+                "gpu",
+                compile_only=True,
+                reason="no CUDA GPU here: sources are compiled with nvcc but not run",
+            )
+        raise BackendUnavailableError(
+            "backend 'cuda' needs a CUDA GPU, or at least nvcc for compile-only checks; found neither "
+            "(set CUDA_HOME to a CUDA toolkit, or use backend='cpu')"
+        )
+    if name == "triton":
+        if importlib.util.find_spec("triton") is None:
+            raise BackendUnavailableError("backend 'triton' needs the triton package: pip install 'musaenv[triton]'")
+        if _cuda_device_present():
+            return BackendInfo("triton", "cuda", "gpu")
+        return BackendInfo("triton", "cpu", "cpu", reason="no GPU: Triton kernels run in TRITON_INTERPRET=1 mode")
+    if _musa_present():
+        return BackendInfo("musa", "musa", "gpu")
+    raise BackendUnavailableError(
+        "backend 'musa' needs torch_musa and a Moore Threads GPU; torch_musa is not importable here "
+        "(install Moore Threads' torch_musa wheel matching your torch, or use backend='cpu')"
+    )

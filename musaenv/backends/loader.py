@@ -1,0 +1,309 @@
+"""musaenv's wrapper of torch's C++ extension loader (parent side).
+
+Every ``load_inline(...)`` a candidate makes is turned into a :class:`BuildSpec`, named by a content hash
+of its sources, flags and toolchain, and built by :func:`build_extension`:
+
+* **Private build dir.** Each build runs in a fresh temporary directory, so torch's ``lock`` file is never
+  shared: a build killed half-way leaves only a stale temp dir (swept later), never a lock that hangs the
+  next build of that name.
+* **Content-addressed cache.** The finished ``.so`` is moved atomically to ``<cache>/ext/<name>/<name>.so``;
+  any later request with the same content, from any episode or process, is a cache hit (no compiler run).
+  Different code never shares a name, so two candidates can never load each other's module.
+* **Hard timeout.** The build runs in its own process session and the whole tree is killed at the limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from musaenv import _env
+
+__all__ = ["BuildOutcome", "BuildSpec", "build_extension", "ext_cache_root", "sweep_stale_builds"]
+
+log = logging.getLogger(__name__)
+
+_LIST_KWARGS = (
+    "cpp_sources",
+    "cuda_sources",
+    "extra_cflags",
+    "extra_cuda_cflags",
+    "extra_ldflags",
+    "extra_include_paths",
+)
+_STALE_BUILD_AGE_S = 6 * 3600
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What one ``load_inline`` call asked for, normalised and JSON-safe.
+
+    Attributes:
+        cpp_sources: C++ sources (torch prepends ``#include <torch/extension.h>`` to the first).
+        cuda_sources: CUDA sources.
+        functions: Names to bind (list) or name -> docstring (dict), or ``None``.
+        extra_cflags: Extra host compiler flags.
+        extra_cuda_cflags: Extra nvcc flags.
+        extra_ldflags: Extra linker flags.
+        extra_include_paths: Extra include directories.
+        with_cuda: Force CUDA on/off (``None``: when there are CUDA sources).
+        backend: Backend that requested the build (part of the cache key).
+        compile_only: Compile without producing a loadable module (no device present).
+    """
+
+    cpp_sources: tuple[str, ...] = ()
+    cuda_sources: tuple[str, ...] = ()
+    functions: tuple[str, ...] | dict[str, str] | None = None
+    extra_cflags: tuple[str, ...] = ()
+    extra_cuda_cflags: tuple[str, ...] = ()
+    extra_ldflags: tuple[str, ...] = ()
+    extra_include_paths: tuple[str, ...] = ()
+    with_cuda: bool | None = None
+    backend: str = "cpu"
+    compile_only: bool = False
+
+    @classmethod
+    def from_load_inline(cls, kwargs: dict[str, Any], backend: str, compile_only: bool = False) -> BuildSpec:
+        """Normalise the keyword arguments of a candidate's ``load_inline`` call.
+
+        Raises:
+            TypeError: an argument has a type ``load_inline`` would not accept either.
+        """
+        norm: dict[str, Any] = {}
+        for key in _LIST_KWARGS:
+            v = kwargs.get(key)
+            if v is None:
+                v = []
+            if isinstance(v, str):
+                v = [v]
+            if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
+                raise TypeError(f"load_inline: {key} must be a string or a list of strings")
+            norm[key] = tuple(v)
+        fns = kwargs.get("functions")
+        if isinstance(fns, str):
+            fns = (fns,)
+        if isinstance(fns, dict):
+            if not all(isinstance(k, str) and isinstance(d, str) for k, d in fns.items()):
+                raise TypeError("load_inline: functions dict must map names to docstrings")
+            fns = dict(fns)
+        elif fns is not None:
+            if not isinstance(fns, (list, tuple)) or not all(isinstance(s, str) for s in fns):
+                raise TypeError("load_inline: functions must be a list of names")
+            fns = tuple(fns)
+        with_cuda = kwargs.get("with_cuda")
+        return cls(
+            functions=fns,
+            with_cuda=None if with_cuda is None else bool(with_cuda),
+            backend=backend,
+            compile_only=compile_only,
+            **norm,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BuildSpec:
+        """Inverse of :meth:`to_dict`."""
+        kw = dict(d)
+        for k in _LIST_KWARGS:
+            kw[k] = tuple(kw.get(k) or ())
+        if isinstance(kw.get("functions"), list):
+            kw["functions"] = tuple(kw["functions"])
+        return cls(**kw)
+
+    @property
+    def name(self) -> str:
+        """Content-hash module name: sources, flags and toolchain fingerprint."""
+        h = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode())
+        h.update(_toolchain_fingerprint().encode())
+        return f"musaenv_{h.hexdigest()[:24]}"
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """Result of :func:`build_extension`.
+
+    Attributes:
+        ok: True when the module was built (or, for compile-only specs, compiled cleanly).
+        name: Module name (content hash).
+        so_path: Path of the loadable module, when there is one.
+        log: Compiler output (errors verbatim) or why the build failed.
+        seconds: Wall time spent on this request.
+        cached: True when the artifact came from the cache.
+        timed_out: True when the build hit its time limit.
+        extra: JSON-safe details (e.g. compile-only steps).
+    """
+
+    ok: bool
+    name: str
+    so_path: str | None = None
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    timed_out: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return asdict(self)
+
+
+@functools.lru_cache(maxsize=1)
+def _toolchain_fingerprint() -> str:
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = "none"
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10).stdout
+        cxx_version = out.splitlines()[0] if out else cxx
+    except (OSError, subprocess.SubprocessError):
+        cxx_version = cxx
+    return "|".join([torch_version, f"py{sys.version_info[0]}.{sys.version_info[1]}", platform.machine(), cxx_version])
+
+
+def ext_cache_root() -> Path:
+    """Directory of built extensions (``<MUSAENV_CACHE_DIR>/ext``)."""
+    return _env.cache_dir() / "ext"
+
+
+def sweep_stale_builds(root: Path | None = None, max_age_s: float = _STALE_BUILD_AGE_S) -> int:
+    """Remove temporary build dirs left by builds that were killed; returns how many were removed."""
+    tmp = (root or ext_cache_root()) / "tmp"
+    removed = 0
+    if not tmp.is_dir():
+        return 0
+    now = time.time()
+    for d in tmp.iterdir():
+        try:
+            if now - d.stat().st_mtime > max_age_s:
+                shutil.rmtree(d, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def build_extension(spec: BuildSpec, timeout_s: float = 300.0, root: Path | None = None) -> BuildOutcome:
+    """Build ``spec`` (or fetch it from the cache). Never raises for a bad spec: failures are outcomes."""
+    root = root or ext_cache_root()
+    name = spec.name
+    final_dir = root / name
+    so_path = final_dir / f"{name}.so"
+    start = time.perf_counter()
+    if spec.compile_only:
+        return _compile_only(spec, name, final_dir, timeout_s, start)
+    if so_path.exists():
+        return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
+    tmp = root / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        (tmp / "spec.json").write_text(json.dumps({"name": name, **spec.to_dict()}))
+        rc, timed_out = _run_builder(tmp, timeout_s)
+        seconds = time.perf_counter() - start
+        result = _read_json(tmp / "result.json")
+        build_log = str(result.get("log", "")) or _tail(tmp / "builder.log")
+        if timed_out:
+            msg = f"compilation exceeded the {timeout_s:.0f} s limit and was killed"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
+        if rc != 0 or not result.get("ok") or not (tmp / f"{name}.so").exists():
+            if rc < 0:
+                build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
+                build_log += _tail(tmp / "builder.log")
+            return BuildOutcome(False, name, log=build_log, seconds=seconds)
+        final_dir.mkdir(parents=True, exist_ok=True)
+        staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
+        shutil.copy2(tmp / f"{name}.so", staged)
+        os.replace(staged, so_path)
+        return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
+    from musaenv.evaluator.proctree import kill_tree
+
+    with open(tmp / "builder.log", "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "musaenv.backends.builder", str(tmp)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(tmp),
+        )
+        try:
+            return proc.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait()
+            return proc.returncode, True
+
+
+def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float) -> BuildOutcome:
+    from musaenv.backends.cuda_compile import cuda_compile_check
+
+    verdict = final_dir / "compile_only.json"
+    cached = _read_json(verdict)
+    if cached:
+        return BuildOutcome(
+            bool(cached["ok"]),
+            name,
+            log=cached.get("log", ""),
+            cached=True,
+            seconds=time.perf_counter() - start,
+            extra=cached.get("extra", {}),
+        )
+    check = cuda_compile_check(
+        spec.cpp_sources,
+        spec.cuda_sources,
+        spec.functions,
+        extra_cuda_cflags=spec.extra_cuda_cflags,
+        extra_cflags=spec.extra_cflags,
+        extra_include_paths=spec.extra_include_paths,
+        timeout_s=timeout_s,
+    )
+    extra = {"steps": [s if isinstance(s, dict) else str(s) for s in check.steps]}
+    timed_out = "timed out" in check.log.lower() and not check.ok
+    if not timed_out:
+        final_dir.mkdir(parents=True, exist_ok=True)
+        verdict.write_text(json.dumps({"ok": check.ok, "log": check.log, "extra": extra}))
+    return BuildOutcome(
+        check.ok, name, log=check.log, seconds=time.perf_counter() - start, timed_out=timed_out, extra=extra
+    )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _tail(path: Path, chars: int = 20000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""

@@ -1,0 +1,234 @@
+"""Frozen, self-validating configuration records that round-trip through JSON.
+
+Every number that a paper leaves open is a field here, with the source of its default in a comment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from musaenv.errors import ConfigError
+
+__all__ = [
+    "EnvConfig",
+    "EvalConfig",
+    "RewardConfig",
+    "SandboxConfig",
+    "TimingConfig",
+]
+
+T = TypeVar("T", bound="_Config")
+
+
+def _require(cond: bool, cls: str, what: str, found: object, fix: str) -> None:
+    if not cond:
+        raise ConfigError(f"{cls}: expected {what}, found {found!r}. {fix}")
+
+
+class _Config:
+    """Mixin: JSON round-trip for (possibly nested) frozen dataclasses."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-safe dict."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls: type[T], d: dict[str, Any]) -> T:
+        """Build from a dict; nested config dicts are converted; unknown keys raise."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = set(d) - set(fields)
+        _require(not unknown, cls.__name__, "only known keys", sorted(unknown), f"Known: {sorted(fields)}.")
+        kw: dict[str, Any] = {}
+        for name, value in d.items():
+            sub = _NESTED.get((cls.__name__, name))
+            if sub is not None and isinstance(value, dict):
+                value = sub.from_dict(value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            kw[name] = value
+        return cls(**kw)
+
+    @classmethod
+    def from_json(cls: type[T], text: str) -> T:
+        """Inverse of :meth:`to_json`."""
+        return cls.from_dict(json.loads(text))
+
+    def replace(self: T, **changes: Any) -> T:
+        """Return a copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class TimingConfig(_Config):
+    """How candidates and references are timed.
+
+    Attributes:
+        warmup: Untimed calls before timing (KernelBench uses 3).
+        repeats: Timed calls; the median is reported (KernelBench uses 100 on GPU; fewer on the CPU tier).
+        max_time_s: Stop timing early once this much wall time was spent (at least 3 calls are kept).
+        flush_cache: Evict caches before each timed call (a buffer larger than the last-level cache).
+        flush_bytes: Size of the eviction buffer (KernelBench flushes 256 MB of L2 on GPU).
+        cpu_threads: Intra-op threads for both reference and candidate on the CPU backend.
+        enabled: When False, correctness only; speedup is ``None``.
+    """
+
+    warmup: int = 3
+    repeats: int = 20
+    max_time_s: float = 5.0
+    flush_cache: bool = True
+    flush_bytes: int = 32 * 1024 * 1024
+    cpu_threads: int = 1
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        n = type(self).__name__
+        _require(self.warmup >= 0, n, "warmup >= 0", self.warmup, "Use 0 to skip warm-up.")
+        _require(self.repeats >= 1, n, "repeats >= 1", self.repeats, "Use enabled=False to skip timing.")
+        _require(self.max_time_s > 0, n, "max_time_s > 0", self.max_time_s, "Give a positive budget.")
+        _require(self.flush_bytes >= 0, n, "flush_bytes >= 0", self.flush_bytes, "Use 0 for no flush.")
+        _require(self.cpu_threads >= 1, n, "cpu_threads >= 1", self.cpu_threads, "Use 1 for single-core timing.")
+
+
+@dataclass(frozen=True)
+class SandboxConfig(_Config):
+    """Resource limits and isolation of the worker that runs candidate code.
+
+    Attributes:
+        address_space_mb: RLIMIT_AS of the worker (0 = unlimited).
+        cpu_time_s: RLIMIT_CPU of the worker (0 = unlimited).
+        max_open_files: RLIMIT_NOFILE.
+        max_processes: Extra processes the candidate may start (RLIMIT_NPROC headroom; 0 = no limit set).
+        block_network: Deny socket creation for network families (seccomp when the csrc helper is built).
+        private_tmp: Give the candidate a private working directory, removed afterwards.
+    """
+
+    address_space_mb: int = 16384
+    cpu_time_s: int = 600
+    max_open_files: int = 256
+    max_processes: int = 0
+    block_network: bool = True
+    private_tmp: bool = True
+
+    def __post_init__(self) -> None:
+        n = type(self).__name__
+        _require(self.address_space_mb >= 0, n, "address_space_mb >= 0", self.address_space_mb, "0 = unlimited.")
+        _require(self.cpu_time_s >= 0, n, "cpu_time_s >= 0", self.cpu_time_s, "0 = unlimited.")
+        _require(self.max_open_files >= 16, n, "max_open_files >= 16", self.max_open_files, "Python needs some.")
+        _require(self.max_processes >= 0, n, "max_processes >= 0", self.max_processes, "0 = no limit.")
+
+
+@dataclass(frozen=True)
+class EvalConfig(_Config):
+    """How one candidate is verified.
+
+    Attributes:
+        num_trials: Correctness trials with fresh seeded inputs (KernelBench uses 5), spread over the tier's shapes.
+        tier: Size tier of built-in tasks: ``cpu`` (small), ``gpu`` (KernelBench-like) or ``auto`` (by backend).
+        atol: Absolute tolerance override; ``None`` uses the task's per-dtype default.
+        rtol: Relative tolerance override; ``None`` uses the task's per-dtype default.
+        compile_timeout_s: Hard limit on building one extension.
+        load_timeout_s: Limit on importing the candidate module beyond compile time.
+        run_timeout_s: Limit on all correctness trials together.
+        timing_timeout_s: Limit on timing.
+        static_policy: ``strict`` (only tensor plumbing in forward), ``permissive`` (glue allowed) or ``off``.
+        max_response_chars: Longer responses are refused as ``format_error`` without parsing.
+        log_chars: Compiler and runtime logs are truncated to this many characters.
+        timing: :class:`TimingConfig`.
+        sandbox: :class:`SandboxConfig`.
+    """
+
+    num_trials: int = 5
+    tier: str = "auto"
+    atol: float | None = None
+    rtol: float | None = None
+    compile_timeout_s: float = 300.0
+    load_timeout_s: float = 60.0
+    run_timeout_s: float = 60.0
+    timing_timeout_s: float = 120.0
+    static_policy: str = "strict"
+    max_response_chars: int = 200_000
+    log_chars: int = 4000
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def __post_init__(self) -> None:
+        n = type(self).__name__
+        _require(self.num_trials >= 1, n, "num_trials >= 1", self.num_trials, "Use at least one trial.")
+        _require(self.tier in ("auto", "cpu", "gpu"), n, "tier in auto/cpu/gpu", self.tier, "Pick one of those.")
+        for name in ("compile_timeout_s", "load_timeout_s", "run_timeout_s", "timing_timeout_s"):
+            v = getattr(self, name)
+            _require(v > 0, n, f"{name} > 0", v, "Give a positive number of seconds.")
+        _require(
+            self.static_policy in ("strict", "permissive", "off"),
+            n,
+            "static_policy in strict/permissive/off",
+            self.static_policy,
+            "Pick one of those.",
+        )
+        _require(self.max_response_chars >= 100, n, "max_response_chars >= 100", self.max_response_chars, "")
+        _require(self.log_chars >= 100, n, "log_chars >= 100", self.log_chars, "Keep some log.")
+        for name in ("atol", "rtol"):
+            v = getattr(self, name)
+            _require(v is None or v >= 0, n, f"{name} None or >= 0", v, "Tolerances are non-negative.")
+
+
+@dataclass(frozen=True)
+class RewardConfig(_Config):
+    """Per-candidate score s(c) and the episode reward shaper.
+
+    Attributes:
+        speedup_weight: lambda in s = 1 + lambda * min(max(v - 1, 0), v_max) (MusaCoder eq. 2; value open there).
+        speedup_cap: v_max in the same formula (open in the paper).
+        shaper: Name of the reward shaper (``primeecho`` by default; see :mod:`musaenv.rewards`).
+        shaper_kwargs: Keyword arguments of the shaper (PrimeEcho: ``alpha``, ``bonus_turn1``, ``bonus_turn2``).
+    """
+
+    speedup_weight: float = 0.5
+    speedup_cap: float = 2.0
+    shaper: str = "primeecho"
+    shaper_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = type(self).__name__
+        _require(self.speedup_weight >= 0, n, "speedup_weight >= 0", self.speedup_weight, "lambda is non-negative.")
+        _require(self.speedup_cap >= 0, n, "speedup_cap >= 0", self.speedup_cap, "v_max is non-negative.")
+        _require(isinstance(self.shaper, str) and bool(self.shaper), n, "a shaper name", self.shaper, "")
+
+
+@dataclass(frozen=True)
+class EnvConfig(_Config):
+    """Episode-level settings of ``KernelGen-v0``.
+
+    Attributes:
+        max_turns: Responses per episode (MusaCoder uses at most 3).
+        stop_on_success: End the episode at the first correct turn (MusaCoder does).
+        feedback_chars: Budget for the verifier feedback appended to the prompt after a failed turn.
+        eval: :class:`EvalConfig`.
+        reward: :class:`RewardConfig`.
+    """
+
+    max_turns: int = 3
+    stop_on_success: bool = True
+    feedback_chars: int = 3000
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+    def __post_init__(self) -> None:
+        n = type(self).__name__
+        _require(self.max_turns >= 1, n, "max_turns >= 1", self.max_turns, "An episode needs one turn.")
+        _require(self.feedback_chars >= 200, n, "feedback_chars >= 200", self.feedback_chars, "")
+
+
+_NESTED: dict[tuple[str, str], type[_Config]] = {
+    ("EvalConfig", "timing"): TimingConfig,
+    ("EvalConfig", "sandbox"): SandboxConfig,
+    ("EnvConfig", "eval"): EvalConfig,
+    ("EnvConfig", "reward"): RewardConfig,
+}

@@ -1,0 +1,239 @@
+"""``KernelGenEnv``: the multi-turn kernel-generation environment."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from musaenv.config import EnvConfig, EvalConfig, RewardConfig
+from musaenv.errors import ConfigError
+from musaenv.tasks.builtin import builtin_tasks, get_task
+from musaenv.tasks.prompts import OBS_CHARSET, feedback_text, initial_prompt, turn_prompt
+from musaenv.tasks.task import Task
+from musaenv.types import EvalResult
+
+__all__ = ["Evaluator", "KernelGenEnv"]
+
+log = logging.getLogger(__name__)
+
+MAX_OBS_CHARS = 262_144
+MAX_ACTION_CHARS = 200_000
+
+
+class Evaluator(Protocol):
+    """What the env needs from an evaluator (:class:`musaenv.evaluator.LocalEvaluator` and the Ray one)."""
+
+    tier: str
+
+    def evaluate(self, task: Task, response: str, seed: int = 0) -> EvalResult:
+        """Evaluate one response on a task."""
+        ...
+
+    def close(self) -> None:
+        """Release workers."""
+        ...
+
+
+class KernelGenEnv(gym.Env[str, str]):
+    """Multi-turn kernel generation: write a faster ``ModelNew`` for a PyTorch reference program.
+
+    ## Description
+
+    Each episode is one task (a KernelBench-format reference program). The policy answers with a program
+    defining ``class ModelNew`` whose kernels are built with ``torch.utils.cpp_extension.load_inline``. The
+    verifier builds it (content-hashed, cached, with a timeout), runs it in a sandboxed worker process
+    against the reference on fresh random inputs over several shapes, times both, and checks for cheating.
+    After a failed turn the next observation carries the verifier's feedback (MusaCoder's multi-turn protocol).
+
+    ## Spaces
+
+    * Observation: ``Text`` (printable ASCII, up to 262,144 characters): the prompt for the next response.
+    * Action: ``Text`` (printable ASCII, up to 200,000 characters): the response. Any ``str`` is accepted;
+      longer, empty or non-code responses are judged ``format_error`` in milliseconds without compiling.
+
+    ## Reward
+
+    Per candidate, MooreEval's score s(c) (MusaCoder eq. 2): -1 on failure or cheating, -0.5 + 0.5 q for a
+    partially correct candidate, 1 + lambda * min(max(v - 1, 0), v_max) when correct. The episode reward
+    comes from a shaper, PrimeEcho by default (R = alpha s_1 + (1 - alpha) max_k s_k + b_early), paid at the
+    episode's last step (0 before it) so the return equals R. Causal shapers (``per_turn``, ``delta``) pay each
+    turn's reward at that turn. Turns with ``infra_error`` are masked (score ``None``), never failures.
+
+    ## Episode End
+
+    * ``terminated``: the candidate is ``correct`` and ``stop_on_success`` is set (the default).
+    * ``truncated``: ``max_turns`` responses were given without success.
+
+    ## Info keys
+
+    * ``task_id``, ``turn`` (1-based after a step, 0 after reset), ``backend``, ``tier``.
+    * ``eval``: the turn's :class:`~musaenv.types.EvalResult` as a dict; ``score``: s(c) or ``None``.
+    * On the last step: ``scores``, ``turn_rewards`` (per-turn rewards of the shaper), ``loss_weights``
+      (e.g. PrimeEcho trains the first turn only), ``episode_return``.
+
+    ## Arguments
+
+    * ``task``: built-in id, path of a KernelBench-format file, or a :class:`Task`; ``None`` samples one from
+      the built-in suite (``levels`` filters it) with the env's seeded generator at every reset.
+    * ``backend``: ``auto`` (CUDA, else MUSA, else CPU), ``cpu``, ``cuda``, ``triton`` or ``musa``.
+    * ``max_turns``, ``stop_on_success``, ``feedback_chars``: see :class:`~musaenv.config.EnvConfig`.
+    * ``reward`` / ``reward_kwargs``: shaper name and parameters (see :mod:`musaenv.rewards`).
+    * ``config``: a full :class:`~musaenv.config.EnvConfig` (the keyword arguments above override it).
+    * ``eval_config``: an :class:`~musaenv.config.EvalConfig` (trials, tolerances, timeouts, sandbox).
+    * ``evaluator``: a shared evaluator (e.g. one per vector env); the env does not close a shared one.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium convention
+
+    def __init__(
+        self,
+        task: str | Task | None = None,
+        backend: str = "auto",
+        max_turns: int | None = None,
+        reward: str | None = None,
+        reward_kwargs: dict[str, Any] | None = None,
+        config: EnvConfig | None = None,
+        eval_config: EvalConfig | None = None,
+        evaluator: Evaluator | None = None,
+        levels: tuple[int, ...] | None = None,
+        stop_on_success: bool | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        cfg = config or EnvConfig()
+        reward_cfg = cfg.reward
+        if reward is not None or reward_kwargs is not None:
+            reward_cfg = RewardConfig(
+                speedup_weight=reward_cfg.speedup_weight,
+                speedup_cap=reward_cfg.speedup_cap,
+                shaper=reward or reward_cfg.shaper,
+                shaper_kwargs=dict(reward_kwargs or {}),
+            )
+        cfg = cfg.replace(
+            max_turns=cfg.max_turns if max_turns is None else max_turns,
+            stop_on_success=cfg.stop_on_success if stop_on_success is None else stop_on_success,
+            eval=eval_config or cfg.eval,
+            reward=reward_cfg,
+        )
+        if render_mode not in (None, "ansi"):
+            raise ConfigError(f"render_mode: expected None or 'ansi', found {render_mode!r}")
+        self.config = cfg
+        self.render_mode = render_mode
+        self._fixed_task = get_task(task) if task is not None else None
+        self._pool = builtin_tasks() if levels is None else [t for t in builtin_tasks() if t.level in levels]
+        if self._fixed_task is None and not self._pool:
+            raise ConfigError(f"levels={levels!r} selects no built-in task; use levels among 1, 2, 3")
+        from musaenv.rewards import shaper_from_config
+
+        self.shaper = shaper_from_config(cfg.reward)
+        self._backend_name = backend
+        self._evaluator = evaluator
+        self._owns_evaluator = evaluator is None
+        self.observation_space = spaces.Text(max_length=MAX_OBS_CHARS, min_length=0, charset=OBS_CHARSET)
+        self.action_space = spaces.Text(max_length=MAX_ACTION_CHARS, min_length=0, charset=OBS_CHARSET)
+        self._task: Task | None = None
+        self._reset_episode_state()
+
+    def _reset_episode_state(self) -> None:
+        self._first_prompt = ""
+        self._history: list[tuple[str, str]] = []
+        self._scores: list[float | None] = []
+        self._results: list[EvalResult] = []
+        self._done = False
+        self._obs = ""
+
+    @property
+    def evaluator(self) -> Evaluator:
+        """The evaluator (created on first use, so constructing the env starts no process)."""
+        if self._evaluator is None:
+            from musaenv.evaluator import LocalEvaluator
+
+            self._evaluator = LocalEvaluator(self._backend_name, self.config.eval)
+        return self._evaluator
+
+    @property
+    def task(self) -> Task | None:
+        """The current episode's task."""
+        return self._task
+
+    def _tier(self) -> str:
+        if self.config.eval.tier != "auto":
+            return self.config.eval.tier
+        return self.evaluator.tier
+
+    def _backend(self) -> str:
+        ev = self.evaluator
+        backend = getattr(ev, "backend", None)
+        return str(getattr(backend, "name", self._backend_name))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode; ``options={"task": id_or_path}`` picks the task for this episode only."""
+        super().reset(seed=seed)
+        self._reset_episode_state()
+        chosen = (options or {}).get("task")
+        if chosen is not None:
+            self._task = get_task(chosen)
+        elif self._fixed_task is not None:
+            self._task = self._fixed_task
+        else:
+            self._task = self._pool[int(self.np_random.integers(len(self._pool)))]
+        self._first_prompt = initial_prompt(self._task, self._backend(), self._tier())
+        self._obs = self._first_prompt
+        return self._obs, self._info(turn=0)
+
+    def _info(self, turn: int) -> dict[str, Any]:
+        assert self._task is not None
+        return {"task_id": self._task.id, "turn": turn, "backend": self._backend(), "tier": self._tier()}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Evaluate one response; see the class docstring for rewards and episode end."""
+        if self._task is None or self._done:
+            raise gym.error.ResetNeeded("call reset() before step(), and again after an episode ends")
+        step_seed = int(self.np_random.integers(2**31 - 1))
+        result = self.evaluator.evaluate(self._task, action, seed=step_seed)
+        from musaenv.rewards import score_from_config
+
+        score = score_from_config(result, self.config.reward)
+        self._scores.append(score)
+        self._results.append(result)
+        turn = len(self._scores)
+        terminated = result.is_correct and self.config.stop_on_success
+        truncated = not terminated and turn >= self.config.max_turns
+        self._done = terminated or truncated
+        reward = float(self.shaper.step_reward(self._scores, self._results, done=self._done))
+        info = self._info(turn)
+        info.update(eval=result.to_dict(), score=score)
+        feedback = feedback_text(info["eval"], score, self.config.feedback_chars)
+        self._history.append((action if isinstance(action, str) else repr(action)[:2000], feedback))
+        if self._done:
+            info.update(self._episode_summary())
+            self._obs = self._first_prompt + "\n\n" + "Episode over. Last verdict:\n" + feedback
+        else:
+            self._obs = turn_prompt(self._first_prompt, self._history)
+        return self._obs[:MAX_OBS_CHARS], reward, terminated, truncated, info
+
+    def _episode_summary(self) -> dict[str, Any]:
+        rewards = self.shaper.episode_rewards(self._scores, self._results)
+        return {
+            "scores": list(self._scores),
+            "turn_rewards": rewards,
+            "loss_weights": self.shaper.loss_weights(self._scores),
+            "episode_return": float(sum(rewards)),
+        }
+
+    def render(self) -> str | None:
+        """``ansi``: the current observation."""
+        return self._obs if self.render_mode == "ansi" else None
+
+    def close(self) -> None:
+        """Stop the evaluator's workers if this env created it."""
+        if self._owns_evaluator and self._evaluator is not None:
+            self._evaluator.close()
+            self._evaluator = None
+        super().close()

@@ -1,0 +1,140 @@
+"""Drive one candidate worker from the parent: serve its builds, enforce per-stage deadlines, collect data."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from musaenv.backends.loader import BuildSpec, build_extension
+from musaenv.config import EvalConfig
+from musaenv.evaluator.channel import ProtocolError
+from musaenv.evaluator.process import WorkerProcess
+from musaenv.evaluator.reference import recv_before
+
+__all__ = ["CandidateRun", "drive_candidate"]
+
+
+@dataclass
+class CandidateRun:
+    """What a candidate worker reported (or how it ended).
+
+    Attributes:
+        trials: Per-trial (arrays, dtypes, flags).
+        timing: The timing message, if any, and its kept outputs.
+        failure: (stage, log) when the candidate failed or the run was cut short.
+        builds: Build outcomes (dicts) in request order.
+        compile_time_s: Seconds spent building (0 on cache hits).
+        compile_only: True when the worker only compiled.
+        warnings: Warning flags the worker raised.
+        flags: Cheating flags raised while driving (protocol violations).
+        sandbox: The sandbox report the worker sent.
+    """
+
+    trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
+    timing: tuple[dict[str, Any], list[np.ndarray]] | None = None
+    failure: tuple[str, str] | None = None
+    builds: list[dict[str, Any]] = field(default_factory=list)
+    compile_time_s: float = 0.0
+    compile_log: str = ""
+    compile_only: bool = False
+    warnings: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    sandbox: dict[str, Any] = field(default_factory=dict)
+
+
+def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
+    return {
+        "start": cfg.load_timeout_s,
+        "load": cfg.load_timeout_s,
+        "trials": cfg.run_timeout_s,
+        "timing": cfg.timing_timeout_s,
+    }
+
+
+def _serve_build(
+    worker: WorkerProcess, msg: dict[str, Any], run: CandidateRun, cfg: EvalConfig, backend: str, compile_only: bool
+) -> float:
+    """Build what the worker asked for; returns the seconds spent (excluded from its deadline)."""
+    t0 = time.monotonic()
+    try:
+        spec = BuildSpec.from_dict(msg["spec"])
+        spec = BuildSpec.from_dict({**spec.to_dict(), "backend": backend, "compile_only": compile_only})
+    except (KeyError, TypeError, ValueError) as e:
+        worker.chan.send({"type": "build_result", "ok": False, "name": "", "log": f"malformed build request: {e}"})
+        return time.monotonic() - t0
+    outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
+    if not outcome.cached:
+        run.compile_time_s += outcome.seconds
+    if not outcome.ok:
+        run.compile_log = outcome.log
+    worker.chan.send({"type": "build_result", **outcome.to_dict()})
+    return time.monotonic() - t0
+
+
+def _handle(msg: dict[str, Any], arrays: list[np.ndarray], run: CandidateRun) -> bool:
+    """Record a data message; True when the run is over."""
+    kind = msg.get("type")
+    if kind == "trial":
+        run.trials.append((arrays, [str(d) for d in msg.get("dtypes", [])], [str(f) for f in msg.get("flags", [])]))
+    elif kind == "timing":
+        run.timing = (msg, arrays)
+    elif kind == "result":
+        run.builds = list(msg.get("builds") or [])
+        run.warnings = [str(w) for w in msg.get("warnings") or []]
+        run.compile_only = bool(msg.get("compile_only"))
+        if msg.get("failure"):
+            run.failure = (str(msg["failure"]["stage"]), str(msg["failure"]["log"]))
+        return True
+    else:
+        raise ProtocolError(f"unexpected message type {kind!r}")
+    return False
+
+
+def drive_candidate(
+    worker: WorkerProcess, request: dict[str, Any], cfg: EvalConfig, backend: str, compile_only: bool
+) -> CandidateRun:
+    """Send ``request`` to a ready candidate worker and follow it to the end (or kill it)."""
+    run = CandidateRun()
+    timeouts = _stage_timeouts(cfg)
+    phase = "start"
+    deadline = time.monotonic() + timeouts[phase]
+    worker.chan.send(request)
+    while True:
+        try:
+            got = recv_before(worker, deadline)
+            if got is None:
+                worker.kill()
+                run.failure = (
+                    "timeout",
+                    f"the {phase} stage exceeded its {timeouts[phase]:.0f} s limit; the worker was killed",
+                )
+                return run
+            msg, arrays = got
+            if msg.get("type") == "build":
+                deadline += _serve_build(worker, msg, run, cfg, backend, compile_only)
+            elif msg.get("type") == "stage":
+                phase = str(msg.get("name"))
+                if phase not in timeouts:
+                    raise ProtocolError(f"unknown stage {phase!r}")
+                deadline = time.monotonic() + timeouts[phase]
+                if isinstance(msg.get("sandbox"), dict):
+                    run.sandbox = msg["sandbox"]
+            elif _handle(msg, arrays, run):
+                return run
+        except EOFError:
+            desc = worker.exit_description()
+            tail = worker.log_tail()
+            run.failure = ("runtime_error", f"{desc} during the {phase} stage" + (f"\n{tail}" if tail else ""))
+            return run
+        except (ProtocolError, KeyError, TypeError, ValueError) as e:
+            worker.kill()
+            run.flags.append("protocol_violation")
+            run.failure = (
+                "cheating",
+                f"the worker's channel carried a malformed message ({e}); "
+                "candidate code must not write to the harness's pipes",
+            )
+            return run

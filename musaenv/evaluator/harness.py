@@ -1,0 +1,113 @@
+"""Worker-side helpers: load programs, make seeded inputs, turn outputs into arrays (imports torch).
+
+Only the worker process imports this module.
+"""
+
+from __future__ import annotations
+
+import linecache
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = [
+    "ProgramModule",
+    "find_aliasing",
+    "flatten_outputs",
+    "load_program",
+    "seed_all",
+    "tensor_to_array",
+    "to_device",
+]
+
+
+def seed_all(seed: int) -> None:
+    """Seed torch's CPU and device generators (KernelBench seeds before building models and inputs)."""
+    torch.manual_seed(int(seed) % (2**63))
+
+
+def load_program(source: str, name: str, filename: str) -> types.ModuleType:
+    """Execute a program's source as a fresh module (not registered in ``sys.modules``).
+
+    The source is registered with :mod:`linecache` so tracebacks show the candidate's own lines.
+    """
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    code = compile(source, filename, "exec")
+    exec(code, module.__dict__)
+    return module
+
+
+class ProgramModule:
+    """A loaded reference program with its size constants settable per shape."""
+
+    def __init__(self, module: types.ModuleType) -> None:
+        self.module = module
+        self._defaults = {
+            k: v
+            for k, v in vars(module).items()
+            if not k.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+
+    def apply_shape(self, shape: dict[str, Any]) -> None:
+        """Reset the size constants to the file's values, then apply ``shape``'s overrides."""
+        for k, v in self._defaults.items():
+            setattr(self.module, k, v)
+        for k, v in shape.items():
+            setattr(self.module, k, v)
+
+    def init_inputs(self, seed: int) -> list[Any]:
+        """``get_init_inputs()`` under ``seed``."""
+        seed_all(seed)
+        return list(self.module.get_init_inputs())
+
+    def inputs(self, seed: int) -> list[Any]:
+        """``get_inputs()`` under ``seed`` (CPU tensors, as the file format prescribes)."""
+        seed_all(seed)
+        return list(self.module.get_inputs())
+
+
+def to_device(args: Sequence[Any], device: torch.device) -> list[Any]:
+    """Move tensor arguments to ``device``."""
+    return [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def flatten_outputs(out: Any) -> list[Any]:
+    """A forward's result as a flat list (a tensor, or a tuple/list of them)."""
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def tensor_to_array(t: torch.Tensor) -> np.ndarray:
+    """Copy a tensor to a host numpy array; half types are widened to float32 (exactly)."""
+    t = t.detach()
+    if t.dtype in (torch.bfloat16, torch.float16):
+        t = t.float()
+    return np.ascontiguousarray(t.cpu().numpy())
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() == 0:
+        return (0, 0)
+    start = t.data_ptr()
+    extent = sum((s - 1) * st for s, st in zip(t.shape, t.stride())) + 1
+    return start, start + extent * t.element_size()
+
+
+def find_aliasing(outputs: Sequence[Any], inputs: Sequence[Any]) -> list[str]:
+    """Names of outputs whose memory overlaps an input's memory (an output must be its own storage)."""
+    found = []
+    in_ranges = [(i, _byte_range(a)) for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+    for j, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor) or o.numel() == 0:
+            continue
+        lo, hi = _byte_range(o)
+        for i, (ilo, ihi) in in_ranges:
+            if ilo < hi and lo < ihi and ihi > ilo:
+                found.append(f"output {j} overlaps input {i}")
+    return found

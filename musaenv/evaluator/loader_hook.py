@@ -1,0 +1,100 @@
+"""Route a candidate's ``torch.utils.cpp_extension.load_inline`` through musaenv's build service.
+
+Runs inside the candidate worker. The hook turns the call into a :class:`~musaenv.backends.loader.BuildSpec`,
+asks the parent (which owns the compilers and the content-addressed cache) to build it, and imports the
+resulting module by its content-hash name. The worker itself never starts a compiler, so its sandbox can
+forbid process creation.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from musaenv.backends.loader import BuildSpec
+from musaenv.evaluator.channel import Channel
+
+__all__ = ["BuildFailedError", "BuildState", "install_loader_hook"]
+
+
+class BuildFailedError(ImportError):
+    """The candidate's extension did not build or load; the message carries the compiler output."""
+
+
+class CompiledOnlyModule(types.ModuleType):
+    """Stands for an extension compiled for a device that is not here: any use raises."""
+
+    def __getattr__(self, item: str) -> Any:
+        raise RuntimeError(f"extension {self.__name__} was compiled for a device that is not present; not runnable")
+
+
+@dataclass
+class BuildState:
+    """Builds requested by this candidate (reported to the parent with the result)."""
+
+    chan: Channel
+    backend: str
+    compile_only: bool
+    builds: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def request(self, spec: BuildSpec) -> dict[str, Any]:
+        """Ask the parent to build ``spec``; blocks until it answers."""
+        self.chan.send({"type": "build", "spec": spec.to_dict()})
+        while True:
+            msg, _ = self.chan.recv()
+            if msg.get("type") == "build_result":
+                return msg
+
+
+def _import_extension(name: str, so_path: str) -> types.ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    loader = importlib.machinery.ExtensionFileLoader(name, so_path)
+    spec = importlib.util.spec_from_file_location(name, so_path, loader=loader)
+    if spec is None:
+        raise BuildFailedError(f"cannot import extension {so_path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False) -> BuildState:
+    """Replace ``load_inline`` (and refuse ``load``) in :mod:`torch.utils.cpp_extension` for this process."""
+    import torch.utils.cpp_extension as ce
+
+    state = BuildState(chan, backend, compile_only)
+
+    def load_inline(
+        name: str = "", cpp_sources: Any = None, cuda_sources: Any = None, *args: Any, **kwargs: Any
+    ) -> types.ModuleType:
+        kwargs.update(cpp_sources=cpp_sources, cuda_sources=cuda_sources)
+        if "musa_sources" in kwargs:  # torch_musa's spelling; built by the MUSA backend's compiler
+            kwargs["cuda_sources"] = kwargs.pop("musa_sources")
+        if args:  # positional order of torch's signature after cuda_sources
+            kwargs.update(dict(zip(("sycl_sources", "functions", "extra_cflags", "extra_cuda_cflags"), args)))
+        spec = BuildSpec.from_load_inline(kwargs, backend=state.backend, compile_only=state.compile_only)
+        reply = state.request(spec)
+        state.builds.append({k: reply.get(k) for k in ("name", "ok", "seconds", "cached")})
+        if not reply.get("ok"):
+            state.failed.append(str(reply.get("log", "build failed")))
+            raise BuildFailedError(f"building extension {name!r} failed:\n{reply.get('log', '')}")
+        if state.compile_only:
+            return CompiledOnlyModule(str(reply["name"]))
+        try:
+            return _import_extension(str(reply["name"]), str(reply["so_path"]))
+        except ImportError as e:
+            state.failed.append(f"the extension built but failed to load: {e}")
+            raise BuildFailedError(state.failed[-1]) from None
+
+    def load(*args: Any, **kwargs: Any) -> types.ModuleType:
+        raise RuntimeError("musaenv candidates build kernels with load_inline(...); load() of files is not supported")
+
+    ce.load_inline = load_inline
+    ce.load = load
+    return state

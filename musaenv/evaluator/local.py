@@ -1,0 +1,188 @@
+"""The default evaluator: candidates in fresh sandboxed worker processes, references in a clean one."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from musaenv import _env
+from musaenv.backends import BackendInfo, resolve_backend
+from musaenv.backends.loader import sweep_stale_builds
+from musaenv.config import EvalConfig
+from musaenv.evaluator.candidate import CandidateRun, drive_candidate
+from musaenv.evaluator.plan import EvalPlan, make_plan
+from musaenv.evaluator.process import WorkerProcess
+from musaenv.evaluator.reference import ReferenceError_, ReferenceService
+from musaenv.evaluator.verdict import judge
+from musaenv.tasks.parsing import extract_candidate
+from musaenv.tasks.task import Task
+from musaenv.types import EvalResult, Stage
+
+__all__ = ["LocalEvaluator"]
+
+log = logging.getLogger(__name__)
+
+WORKER_START_TIMEOUT_S = 180.0
+
+
+class LocalEvaluator:
+    """Evaluate candidates on this machine.
+
+    Each candidate runs in a fresh worker process (started ahead of time, so its start-up is hidden) that is
+    killed with everything it started when the evaluation ends. Builds go through the content-addressed
+    cache of :mod:`musaenv.backends.loader`. Reference outputs come from a separate, long-lived worker.
+
+    Args:
+        backend: Backend name or a resolved :class:`BackendInfo`.
+        config: :class:`EvalConfig`.
+    """
+
+    def __init__(self, backend: str | BackendInfo = "auto", config: EvalConfig | None = None) -> None:
+        self.backend = backend if isinstance(backend, BackendInfo) else resolve_backend(backend)
+        self.config = config or EvalConfig()
+        self.tier = self.backend.tier if self.config.tier == "auto" else self.config.tier
+        threads = self.config.timing.cpu_threads
+        self._reference = ReferenceService(self.backend.device, threads, self.config.timing, _env.cache_dir())
+        self._spare: WorkerProcess | None = None
+        self._closed = False
+        sweep_stale_builds()
+
+    def _take_worker(self) -> WorkerProcess:
+        worker = self._spare or WorkerProcess("candidate", self.config.timing.cpu_threads)
+        self._spare = None
+        if not worker.wait_ready(WORKER_START_TIMEOUT_S):
+            tail = worker.log_tail()
+            worker.close()
+            raise RuntimeError(f"candidate worker did not start: {tail}")
+        self._spare = WorkerProcess("candidate", self.config.timing.cpu_threads)  # warm up the next one
+        return worker
+
+    def _timing_request(self, plan: EvalPlan) -> dict[str, Any] | None:
+        t = self.config.timing
+        if not t.enabled:
+            return None
+        return {
+            "seed": plan.timing_seed,
+            "pool": plan.timing_pool,
+            "keep": list(plan.keep),
+            "warmup": t.warmup,
+            "repeats": t.repeats,
+            "max_time_s": t.max_time_s,
+            "flush_bytes": t.flush_bytes if t.flush_cache else 0,
+        }
+
+    def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> dict[str, Any]:
+        t = self.config.timing
+        return {
+            "type": "eval",
+            "task_source": task.source,
+            "candidate": source,
+            "device": self.backend.device,
+            "backend": self.backend.name,
+            "compile_only": self.backend.compile_only,
+            "shapes": [dict(s) for s in plan.shapes],
+            "init_seed": plan.init_seed,
+            "trials": plan.trials_json(),
+            "timing": self._timing_request(plan),
+            "cpu_threads": t.cpu_threads,
+            "workdir": str(worker.workdir),
+            "sandbox": self.config.sandbox.to_dict(),
+        }
+
+    def _tolerances(self, task: Task) -> tuple[float, float]:
+        atol = self.config.atol if self.config.atol is not None else task.atol
+        rtol = self.config.rtol if self.config.rtol is not None else task.rtol
+        return atol, rtol
+
+    def evaluate(self, task: Task, response: str, seed: int = 0) -> EvalResult:
+        """Evaluate one response (raw LLM text or plain code) on ``task``. Never raises for a bad candidate."""
+        start = time.perf_counter()
+        result = self._evaluate(task, response, seed)
+        return result.replace(eval_time_s=time.perf_counter() - start)
+
+    def _evaluate(self, task: Task, response: str, seed: int) -> EvalResult:
+        base = EvalResult(stage=Stage.FORMAT_ERROR, task_id=task.id, backend=self.backend.name)
+        ext = extract_candidate(response, self.config.max_response_chars)
+        if ext.code is None or ext.syntax_error is not None:
+            return base.replace(messages=(ext.error or "no candidate",))
+        static = self._static(ext.code)
+        if isinstance(static, EvalResult):
+            return static.replace(task_id=task.id, backend=self.backend.name)
+        plan = make_plan(task, self.tier, self.config, seed)
+        try:
+            run = self._run_candidate(task, ext.code, plan)
+        except RuntimeError as e:
+            return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e),))
+        atol, rtol = self._tolerances(task)
+        ref = None
+        if run.failure is None and not run.compile_only:
+            try:
+                ref = self._reference.run(
+                    task, plan, self._timing_request(plan), self.config.run_timeout_s + self.config.timing_timeout_s
+                )
+            except ReferenceError_ as e:
+                return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
+        return judge(
+            run,
+            ref,
+            task_id=task.id,
+            backend=self.backend.name,
+            device=self.backend.device,
+            atol=atol,
+            rtol=rtol,
+            log_chars=self.config.log_chars,
+            static_warnings=static,
+        )
+
+    def _static(self, code: str) -> EvalResult | tuple[str, ...]:
+        """Static checks: a verdict when they refuse the candidate, else the warning flags."""
+        if self.config.static_policy == "off":
+            return ()
+        from musaenv.verification.static_py import analyze_candidate
+
+        report = analyze_candidate(code, policy=self.config.static_policy, backend=self.backend.name)
+        if report.errors:
+            stage = Stage.FORMAT_ERROR if any(f.flag == "syntax_error" for f in report.errors) else Stage.CHEATING
+            return EvalResult(
+                stage=stage,
+                flags=tuple(dict.fromkeys(f.flag for f in report.errors)),
+                messages=tuple(f.message for f in report.errors),
+                warnings=tuple(dict.fromkeys(f.flag for f in report.findings if f.severity != "error")),
+            )
+        return tuple(dict.fromkeys(f.flag for f in report.findings))
+
+    def _run_candidate(self, task: Task, code: str, plan: EvalPlan) -> CandidateRun:
+        worker = self._take_worker()
+        try:
+            return drive_candidate(
+                worker,
+                self._request(task, code, plan, worker),
+                self.config,
+                self.backend.name,
+                self.backend.compile_only,
+            )
+        finally:
+            worker.close()
+
+    def close(self) -> None:
+        """Stop every worker (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
+        self._reference.close()
+
+    def __enter__(self) -> LocalEvaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: best effort
+            pass

@@ -1,0 +1,58 @@
+"""Seeds and trial layout of one evaluation, drawn in the parent (never guessable by the candidate)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from musaenv.config import EvalConfig
+from musaenv.tasks.task import Shape, Task
+
+__all__ = ["EvalPlan", "make_plan"]
+
+RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """Everything random about one evaluation.
+
+    Attributes:
+        shapes: The tier's shapes (index 0 is the timing shape).
+        init_seed: Seed for ``get_init_inputs()``; ``init_seed + 1`` seeds the parameters of both models.
+        trials: (shape index, input seed) per correctness trial.
+        timing_seed: Timed call ``i`` uses inputs drawn with ``timing_seed + i % timing_pool``.
+        timing_pool: Number of distinct timing inputs.
+        keep: Timed call indices whose outputs are rechecked.
+    """
+
+    shapes: tuple[Shape, ...]
+    init_seed: int
+    trials: tuple[tuple[int, int], ...]
+    timing_seed: int
+    timing_pool: int
+    keep: tuple[int, ...]
+
+    def recheck_trials(self) -> list[tuple[int, int]]:
+        """Reference trials that reproduce the inputs of the rechecked timed calls."""
+        return [(0, self.timing_seed + i % self.timing_pool) for i in self.keep]
+
+    def trials_json(self, extra: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+        """Trials as the worker protocol expects them."""
+        return [{"shape_index": k, "seed": s} for k, s in list(self.trials) + (extra or [])]
+
+
+def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
+    """Draw an evaluation plan from ``seed`` (via :class:`numpy.random.SeedSequence`)."""
+    shapes = task.shapes_for(tier)
+    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    draws = [int(x) for x in rng.integers(0, 2**31 - 1, size=config.num_trials + 2)]
+    # Round-robin over shapes so every shape gets a trial when num_trials >= len(shapes).
+    trials = tuple((i % len(shapes), draws[i]) for i in range(config.num_trials))
+    timing = config.timing
+    pool = max(1, min(timing.repeats, 16))
+    span = max(1, min(timing.repeats, 10))
+    keep = tuple(sorted({int(x) for x in rng.choice(span, size=min(RECHECK_CALLS, span), replace=False)}))
+    return EvalPlan(shapes, draws[-2], trials, draws[-1], pool, keep if timing.enabled else ())

@@ -1,0 +1,171 @@
+"""Reference outputs and timings, computed in a long-lived worker that never runs candidate code.
+
+Reference timings are cached per (task, shape, device, host, torch version, timing settings) in memory and
+on disk, so a reference is timed once per machine, in a clean process with fixed numerics flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from musaenv.config import TimingConfig
+from musaenv.evaluator.channel import ProtocolError
+from musaenv.evaluator.plan import EvalPlan
+from musaenv.evaluator.process import WorkerProcess
+from musaenv.tasks.task import Task
+from musaenv.types import TimingStats
+
+__all__ = ["RefOutputs", "ReferenceError_", "ReferenceService", "recv_before"]
+
+log = logging.getLogger(__name__)
+
+WORKER_START_TIMEOUT_S = 180.0
+
+
+class ReferenceError_(Exception):
+    """The reference could not be computed: an infra error, never the candidate's fault."""
+
+
+@dataclass
+class RefOutputs:
+    """Reference results for one plan: per-trial outputs (arrays, dtypes), recheck outputs, timing."""
+
+    trials: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
+    rechecks: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
+    timing: TimingStats | None = None
+
+
+def recv_before(worker: WorkerProcess, deadline: float) -> tuple[dict[str, Any], list[np.ndarray]] | None:
+    """Next message from ``worker``, or ``None`` when ``deadline`` (monotonic) passes first.
+
+    Raises:
+        EOFError: the worker is gone.
+        ProtocolError: it sent something malformed.
+    """
+    remaining = deadline - time.monotonic()
+    if remaining <= 0 or not worker.chan.poll(remaining):
+        return None
+    return worker.chan.recv()
+
+
+class ReferenceService:
+    """Runs reference programs for an evaluator (one persistent worker, restarted when it dies)."""
+
+    def __init__(self, device: str, cpu_threads: int, timing: TimingConfig, cache_root: Path) -> None:
+        self.device = device
+        self.cpu_threads = cpu_threads
+        self.timing = timing
+        self.cache_dir = cache_root / "reftime"
+        self._memo: dict[str, TimingStats] = {}
+        self._worker: WorkerProcess | None = None
+
+    def _timing_key(self, task: Task, plan: EvalPlan) -> str:
+        try:
+            torch_version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            torch_version = "none"
+        parts = [
+            task.source_hash,
+            json.dumps(plan.shapes[0], sort_keys=True),
+            self.device,
+            platform.node(),
+            torch_version,
+            str(self.cpu_threads),
+            self.timing.to_json(),
+        ]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+    def cached_timing(self, task: Task, plan: EvalPlan) -> TimingStats | None:
+        """The cached reference timing for this task and shape, if any."""
+        key = self._timing_key(task, plan)
+        if key not in self._memo:
+            try:
+                self._memo[key] = TimingStats.from_dict(json.loads((self.cache_dir / f"{key}.json").read_text()))
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+        return self._memo[key]
+
+    def _store_timing(self, task: Task, plan: EvalPlan, stats: TimingStats) -> None:
+        key = self._timing_key(task, plan)
+        self._memo[key] = stats
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache_dir / f".{key}.tmp"
+        tmp.write_text(json.dumps(stats.to_dict()))
+        tmp.replace(self.cache_dir / f"{key}.json")
+
+    def _ensure_worker(self) -> WorkerProcess:
+        if self._worker is None or self._worker.proc.poll() is not None:
+            if self._worker is not None:
+                self._worker.close()
+            self._worker = WorkerProcess("reference", self.cpu_threads)
+        if not self._worker.wait_ready(WORKER_START_TIMEOUT_S):
+            tail = self._worker.log_tail()
+            self._worker.close()
+            self._worker = None
+            raise ReferenceError_(f"the reference worker did not start:\n{tail}")
+        return self._worker
+
+    def run(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float) -> RefOutputs:
+        """Compute reference outputs (and timing, unless cached); retries once on a dead worker."""
+        for attempt in (1, 2):
+            try:
+                return self._run_once(task, plan, timing_cfg, timeout_s)
+            except (EOFError, ProtocolError, OSError, TimeoutError) as e:
+                log.warning("reference worker failed (attempt %d): %s", attempt, e)
+                if self._worker is not None:
+                    self._worker.close()
+                    self._worker = None
+                err = e
+        raise ReferenceError_(f"reference computation failed twice: {err}")
+
+    def _run_once(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float) -> RefOutputs:
+        worker = self._ensure_worker()
+        cached = self.cached_timing(task, plan) if timing_cfg else None
+        req = {
+            "type": "reference",
+            "task_hash": task.source_hash,
+            "task_source": task.source,
+            "shapes": [dict(s) for s in plan.shapes],
+            "init_seed": plan.init_seed,
+            "device": self.device,
+            "cpu_threads": self.cpu_threads,
+            "trials": plan.trials_json(plan.recheck_trials()),
+            "timing": timing_cfg if (timing_cfg and cached is None) else None,
+        }
+        worker.chan.send(req)
+        out = RefOutputs(timing=cached)
+        collected: list[tuple[list[np.ndarray], list[str]]] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = recv_before(worker, deadline)
+            if got is None:
+                raise TimeoutError(f"reference for {task.id} took longer than {timeout_s:.0f} s")
+            msg, arrays = got
+            if msg.get("type") == "trial":
+                collected.append((arrays, list(msg.get("dtypes", []))))
+            elif msg.get("type") == "timing":
+                out.timing = TimingStats.from_samples(msg["samples_ms"])
+                self._store_timing(task, plan, out.timing)
+            elif msg.get("type") == "result":
+                if msg.get("failure"):
+                    raise ReferenceError_(f"the reference program of {task.id} failed:\n{msg['failure']['log']}")
+                break
+        n = len(plan.trials)
+        out.trials, out.rechecks = collected[:n], collected[n:]
+        return out
+
+    def close(self) -> None:
+        """Stop the reference worker."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None

@@ -1,0 +1,280 @@
+"""Worker process: ``python -m musaenv.evaluator.worker --rfd R --wfd W --role candidate|reference``.
+
+A *candidate* worker serves exactly one evaluation and exits: it enters the sandbox, executes the
+candidate (whose ``load_inline`` calls are routed to the parent's build service), runs the correctness
+trials and the timing, and sends outputs, never verdicts: the parent compares them with reference outputs
+that never exist in this process. A *reference* worker runs trusted reference programs only, for many
+requests, in a process no candidate has touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from musaenv.evaluator.channel import Channel
+from musaenv.evaluator.harness import (
+    ProgramModule,
+    find_aliasing,
+    flatten_outputs,
+    load_program,
+    seed_all,
+    tensor_to_array,
+    to_device,
+)
+from musaenv.evaluator.loader_hook import BuildFailedError, install_loader_hook
+from musaenv.timing.timers import DeviceClock, clone_args, time_forward
+
+TRACEBACK_CHARS = 6000
+
+
+class CandidateFailure(Exception):
+    """Ends a candidate evaluation with a stage and a log."""
+
+    def __init__(self, stage: str, log: str, flags: tuple[str, ...] = ()) -> None:
+        super().__init__(log)
+        self.stage, self.log, self.flags = stage, log, flags
+
+
+def _configure(req: dict[str, Any]) -> torch.device:
+    torch.set_num_threads(int(req.get("cpu_threads", 1)))
+    # Fixed numerics for reference and candidate alike (KernelBench references fail 1e-4 under TF32).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch.device(req["device"])
+
+
+def _format_exc(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-TRACEBACK_CHARS:]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN-safe, unlike torch.equal)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+
+
+def _check_outputs(outs: list[Any], inputs: list[Any], originals: list[Any]) -> list[str]:
+    flags = []
+    for o in outs:
+        if type(o) is not torch.Tensor:  # exact type: subclasses and lazy objects are refused (HACKS T3)
+            flags.append("output_not_tensor")
+        elif o.layout != torch.strided or o.is_meta:
+            flags.append("output_not_dense")
+    if find_aliasing([o for o in outs if type(o) is torch.Tensor], inputs):
+        flags.append("output_aliases_input")
+    if any(isinstance(a, torch.Tensor) and not _same_bits(a, b) for a, b in zip(inputs, originals)):
+        flags.append("input_mutation")  # the candidate wrote into its inputs (HACKS S10)
+    return flags
+
+
+def _send_trial(chan: Channel, index: int, outs: list[Any], flags: list[str]) -> None:
+    tensors = [o for o in outs if type(o) is torch.Tensor]
+    arrays = [] if flags and "output_not_tensor" in flags else [tensor_to_array(o) for o in tensors]
+    dtypes = [str(o.dtype).replace("torch.", "") for o in tensors]
+    chan.send({"type": "trial", "index": index, "dtypes": dtypes, "flags": flags}, arrays)
+
+
+def _run_trials(
+    chan: Channel, req: dict[str, Any], program: ProgramModule, model_cls: Any, device: torch.device, guarded: bool
+) -> dict[int, Any]:
+    """Run every trial; returns the model built for each shape index (reused for timing)."""
+    models: dict[int, Any] = {}
+    for index, trial in enumerate(req["trials"]):
+        k = int(trial["shape_index"])
+        program.apply_shape(req["shapes"][k])
+        if k not in models:
+            init = program.init_inputs(req["init_seed"])
+            seed_all(req["init_seed"] + 1)
+            models[k] = model_cls(*init).to(device)
+        inputs = to_device(program.inputs(int(trial["seed"])), device)
+        private = clone_args(inputs) if guarded else inputs
+        with torch.no_grad():
+            outs = flatten_outputs(models[k](*private))
+        DeviceClock(str(device)).sync()
+        flags = _check_outputs(outs, private, inputs) if guarded else []
+        _send_trial(chan, index, outs, flags)
+    return models
+
+
+def _run_timing(chan: Channel, req: dict[str, Any], program: ProgramModule, model: Any, device: torch.device) -> None:
+    t = req["timing"]
+    program.apply_shape(req["shapes"][0])
+    pool = [to_device(program.inputs(int(t["seed"]) + i), device) for i in range(int(t["pool"]))]
+    keep = [int(i) for i in t.get("keep", [])]
+    with torch.no_grad():
+        run = time_forward(
+            model,
+            pool,
+            DeviceClock(str(device)),
+            warmup=int(t["warmup"]),
+            repeats=int(t["repeats"]),
+            max_time_s=float(t["max_time_s"]),
+            flush_bytes=int(t["flush_bytes"]),
+            keep=keep,
+        )
+    kept_idx = sorted(run.kept_outputs)
+    arrays: list[Any] = []
+    counts: list[int] = []
+    for i in kept_idx:
+        outs = [o for o in flatten_outputs(run.kept_outputs[i]) if type(o) is torch.Tensor]
+        counts.append(len(outs))
+        arrays.extend(tensor_to_array(o) for o in outs)
+    chan.send(
+        {
+            "type": "timing",
+            "samples_ms": run.samples_ms,
+            "host_ms": run.host_samples_ms,
+            "kept": kept_idx,
+            "kept_counts": counts,
+        },
+        arrays,
+    )
+
+
+def _thread_count() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _enter_sandbox(req: dict[str, Any]) -> dict[str, Any]:
+    try:
+        from musaenv.config import SandboxConfig
+        from musaenv.evaluator.sandbox import enter_sandbox
+    except ImportError as e:  # sandbox module unavailable: say so, never pretend
+        return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
+    report = enter_sandbox(SandboxConfig.from_dict(req["sandbox"]), Path(req["workdir"]))
+    return dict(report.to_dict())
+
+
+def _load_candidate(req: dict[str, Any], state: Any) -> Any:
+    filename = str(Path(req["workdir"]) / "candidate.py")
+    try:
+        module = load_program(req["candidate"], "candidate", filename)
+    except BaseException as e:  # a candidate may raise anything, SystemExit included
+        if state.failed:
+            raise CandidateFailure("compile_error", state.failed[-1]) from None
+        raise CandidateFailure("runtime_error", _format_exc(e)) from None
+    if state.failed:
+        raise CandidateFailure("compile_error", state.failed[-1])
+    cls = getattr(module, "ModelNew", None)
+    if not isinstance(cls, type):
+        raise CandidateFailure("format_error", "the candidate module defines no class ModelNew")
+    return cls
+
+
+def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
+    """Evaluate one candidate and report outputs and timings to the parent."""
+    device = _configure(req)
+    program = ProgramModule(load_program(req["task_source"], "reference_inputs", "<reference>"))
+    state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
+    sandbox = _enter_sandbox(req)
+    chan.send({"type": "stage", "name": "load", "sandbox": sandbox})
+    try:
+        model_cls = _load_candidate(req, state)
+        if req.get("compile_only"):
+            _instantiate_for_builds(program, req, model_cls, state)
+            chan.send({"type": "result", "builds": state.builds, "compile_only": True})
+            return
+        chan.send({"type": "stage", "name": "trials"})
+        threads_before = _thread_count()
+        try:
+            models = _run_trials(chan, req, program, model_cls, device, guarded=True)
+        except BuildFailedError:
+            raise CandidateFailure("compile_error", state.failed[-1]) from None
+        except BaseException as e:
+            raise CandidateFailure("runtime_error", _format_exc(e)) from None
+        warnings = []
+        if req.get("timing"):
+            chan.send({"type": "stage", "name": "timing"})
+            try:
+                _run_timing(chan, req, program, models[0], device)
+            except BaseException as e:
+                raise CandidateFailure("runtime_error", "while timing:\n" + _format_exc(e)) from None
+        if _thread_count() > threads_before + 1:
+            warnings.append("thread_count_grew")
+        chan.send({"type": "result", "builds": state.builds, "warnings": warnings})
+    except CandidateFailure as f:
+        chan.send({"type": "result", "builds": state.builds, "failure": {"stage": f.stage, "log": f.log}})
+
+
+def _instantiate_for_builds(program: ProgramModule, req: dict[str, Any], model_cls: Any, state: Any) -> None:
+    """Compile-only: run the constructor so builds made in ``__init__`` are checked too."""
+    program.apply_shape(req["shapes"][0])
+    try:
+        model_cls(*program.init_inputs(req["init_seed"]))
+    except BaseException:  # no device here: a constructor that touches it fails after its builds
+        pass
+    if state.failed:
+        raise CandidateFailure("compile_error", state.failed[-1])
+
+
+def serve_reference(chan: Channel) -> None:
+    """Serve reference requests until the parent closes the channel."""
+    cache: dict[str, ProgramModule] = {}
+    while True:
+        try:
+            req, _ = chan.recv()
+        except EOFError:
+            return
+        if req.get("type") == "shutdown":
+            return
+        try:
+            device = _configure(req)
+            key = req["task_hash"]
+            if key not in cache:
+                cache[key] = ProgramModule(load_program(req["task_source"], "reference", "<reference>"))
+            program = cache[key]
+            model_cls = program.module.Model
+            models = _run_trials(chan, req, program, model_cls, device, guarded=False)
+            if req.get("timing"):
+                if 0 not in models:
+                    program.apply_shape(req["shapes"][0])
+                    init = program.init_inputs(req["init_seed"])
+                    seed_all(req["init_seed"] + 1)
+                    models[0] = model_cls(*init).to(device)
+                _run_timing(chan, req, program, models[0], device)
+            chan.send({"type": "result"})
+        except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
+            chan.send({"type": "result", "failure": {"stage": "infra_error", "log": _format_exc(e)}})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the worker process."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--rfd", type=int, required=True)
+    p.add_argument("--wfd", type=int, required=True)
+    p.add_argument("--role", choices=["candidate", "reference"], required=True)
+    a = p.parse_args(argv)
+    chan = Channel(a.rfd, a.wfd)
+    chan.send({"type": "ready", "pid": os.getpid(), "torch": torch.__version__})
+    if a.role == "reference":
+        serve_reference(chan)
+        return 0
+    try:
+        req, _ = chan.recv()
+    except EOFError:
+        return 0
+    run_candidate(chan, req)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the candidate's atexit handlers and finalizers
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""Prompt and feedback text shown to the policy. No torch here.
+
+Observations are plain printable ASCII (gymnasium's ``Text`` space needs a fixed charset): typographic
+quotes that compilers print are transliterated, anything else outside the charset becomes ``?``.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from typing import Any
+
+from musaenv.tasks.task import Task
+
+__all__ = ["OBS_CHARSET", "feedback_text", "initial_prompt", "sanitize", "turn_prompt"]
+
+OBS_CHARSET = frozenset(string.printable)
+_TRANSLIT = str.maketrans(
+    {
+        "\u2018": "'",
+        "\u2019": "'",
+        "\u201c": '"',
+        "\u201d": '"',
+        "\u2013": "-",
+        "\u2014": "-",
+        "\u2026": "...",
+        "\u00a0": " ",
+    }
+)
+
+BACKEND_NOTES = {
+    "cpu": "Write the kernels in C++ for the CPU and build them with load_inline(..., cpp_sources=..., "
+    "functions=[...]). Operate on raw pointers (tensor.data_ptr<float>()) with plain loops.",
+    "cuda": "Write CUDA kernels and build them with load_inline(..., cpp_sources=..., cuda_sources=..., "
+    "functions=[...]). Launch them on the current stream.",
+    "musa": "Write MUSA kernels (CUDA-like kernel language) and build them with torch_musa's load_inline "
+    "(musa_sources=...). Launch them on the current MUSA stream.",
+    "triton": "Write Triton kernels (@triton.jit) and launch them from forward as kernel[grid](...).",
+}
+
+RULES = """Rules (a violation is judged `cheating` and scores -1):
+- ModelNew.forward must compute the output with your own kernels. Only tensor plumbing may use PyTorch:
+  allocation (torch.empty/zeros/...), views and reshapes, .contiguous(), copies, casts, reading parameters.
+  No torch compute ops (matmul, relu, sum, softmax, conv, ...), no nn modules called in forward, no fallback
+  to PyTorch in try/except, no calls into cuBLAS/cuDNN or at::/torch:: compute inside C++.
+- No exec/eval, no threads or processes, no network, no files, no monkeypatching, no reading the
+  environment or the evaluator's state. Do not cache outputs between calls or modify the inputs.
+- Outputs must match the reference within tolerance on fresh random inputs, for several input shapes:
+  never hard-code sizes."""
+
+
+def sanitize(text: str) -> str:
+    """Map text into :data:`OBS_CHARSET`."""
+    text = text.translate(_TRANSLIT)
+    return "".join(ch if ch in OBS_CHARSET else "?" for ch in text)
+
+
+def _shape_line(task: Task, tier: str) -> str:
+    shapes = task.shapes_for(tier)
+    if len(shapes) == 1 and not shapes[0]:
+        return "Inputs: as produced by get_inputs() of the reference."
+    listed = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in shapes)
+    return f"Input shapes tested (the first one is timed): {listed}."
+
+
+def initial_prompt(task: Task, backend: str, tier: str) -> str:
+    """Turn-1 observation: task statement, reference program, rules and output format."""
+    shapes = task.shapes_for(tier)
+    parts = [
+        f"Task {task.id} (level {task.level}): {task.name}.",
+        task.description or "",
+        "Write a faster implementation of the PyTorch reference program below as a class ModelNew(nn.Module) "
+        "with the same constructor and forward signature as Model.",
+        BACKEND_NOTES.get(backend, BACKEND_NOTES["cpu"]),
+        f"Dtype: {task.dtype}; tolerance atol={task.atol:g}, rtol={task.rtol:g}. {_shape_line(task, tier)}",
+        "Reference program:\n```python\n" + task.render_source(shapes[0]).rstrip() + "\n```",
+        RULES,
+        "Answer with exactly one fenced python code block containing the complete program (imports, the "
+        "load_inline call with your kernel sources, and class ModelNew).",
+    ]
+    return sanitize("\n\n".join(p for p in parts if p))
+
+
+def feedback_text(evaluation: Mapping[str, Any], score: float | None, budget_chars: int) -> str:
+    """Summarise an EvalResult dict for the policy, within ``budget_chars``."""
+    stage = evaluation.get("stage", "?")
+    lines = [f"Verdict: {stage}" + (f" (score {score:.3f})" if score is not None else "")]
+    if evaluation.get("trials_total"):
+        lines.append(f"Correctness trials passed: {evaluation['trials_passed']}/{evaluation['trials_total']}")
+    if evaluation.get("max_abs_error") is not None:
+        lines.append(f"Worst absolute error: {evaluation['max_abs_error']:.3g}")
+    if evaluation.get("speedup") is not None:
+        lines.append(
+            f"Speedup over the reference: {evaluation['speedup']:.3f}x "
+            f"({evaluation.get('runtime_ms') or 0:.4f} ms vs {evaluation.get('ref_runtime_ms') or 0:.4f} ms)"
+        )
+    if evaluation.get("flags"):
+        lines.append("Flags: " + ", ".join(evaluation["flags"]))
+    lines.extend(f"- {m}" for m in evaluation.get("messages", []))
+    for key, title in (("compiler_log", "Compiler output"), ("runtime_log", "Runtime error")):
+        if evaluation.get(key):
+            lines.append(f"{title}:\n{evaluation[key]}")
+    text = "\n".join(lines)
+    if len(text) > budget_chars:
+        text = text[: budget_chars - 40] + "\n... [feedback truncated]"
+    return sanitize(text)
+
+
+def turn_prompt(first_prompt: str, history: list[tuple[str, str]], response_chars: int = 12000) -> str:
+    """Observation for a later turn: the first prompt, then each (response, feedback) pair so far."""
+    parts = [first_prompt]
+    for k, (response, feedback) in enumerate(history, start=1):
+        shown = response if len(response) <= response_chars else response[:response_chars] + "\n... [cut]"
+        parts.append(f"--- Your attempt {k} ---\n{shown}\n--- Verifier feedback on attempt {k} ---\n{feedback}")
+    parts.append("Fix the problems above and answer again with one complete fenced python code block.")
+    return sanitize("\n\n".join(parts))

@@ -1,0 +1,27 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Layer normalization over the last (hidden) dimension, with a learnable scale and shift."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.ln = nn.LayerNorm(hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x)
+
+
+batch_size = 32
+seq_len = 512
+hidden_size = 4096
+
+
+def get_inputs():
+    x = torch.randn(batch_size, seq_len, hidden_size) * 2.0 + 0.5
+    return [x]
+
+
+def get_init_inputs():
+    return [hidden_size]

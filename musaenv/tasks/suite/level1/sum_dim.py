@@ -1,0 +1,28 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Sum over one dimension, keeping it as size 1."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=self.dim, keepdim=True)
+
+
+batch_size = 64
+dim1 = 1024
+dim2 = 1024
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim1, dim2)
+    return [x]
+
+
+def get_init_inputs():
+    # Reduce over the middle dimension (dim1): a strided reduction, the harder case.
+    return [1]

@@ -1,0 +1,1 @@
+"""Timers, cache flushing and statistics (device-side parts import torch lazily)."""

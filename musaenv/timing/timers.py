@@ -1,0 +1,110 @@
+"""Time a model's forward the same way for reference and candidate (runs inside a worker; imports torch).
+
+Protocol (after triton.testing.do_bench and KernelBench): warm-up calls, then timed calls, each on a
+fresh clone of a distinct pre-generated input (a cache keyed on pointers or contents gains nothing), with a
+buffer larger than the last-level cache overwritten before each call and the device synchronised before
+the clock starts and before it stops. The median is the statistic that speedups use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["DeviceClock", "TimedRun", "clone_args", "time_forward"]
+
+
+def clone_args(args: Sequence[Any]) -> list[Any]:
+    """Fresh copies of tensor arguments (fresh allocation, same values); other values pass through."""
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+class DeviceClock:
+    """Synchronise and read the clock for one device type (``cpu``, ``cuda``, ``musa``)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = torch.device(device)
+        self._sync: Callable[[], None] = lambda: None
+        if self.device.type == "cuda":
+            self._sync = torch.cuda.synchronize
+        elif self.device.type == "musa":  # torch_musa registers torch.musa
+            self._sync = torch.musa.synchronize  # type: ignore[attr-defined]
+
+    def sync(self) -> None:
+        """Wait for all queued device work."""
+        self._sync()
+
+    def events(self) -> tuple[Any, Any] | None:
+        """A (start, end) event pair for device-side timing, or ``None`` on the CPU."""
+        if self.device.type == "cuda":
+            return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self.device.type == "musa":
+            ev = torch.musa.Event  # type: ignore[attr-defined]
+            return ev(enable_timing=True), ev(enable_timing=True)
+        return None
+
+
+@dataclass
+class TimedRun:
+    """Raw result of :func:`time_forward`.
+
+    Attributes:
+        samples_ms: Per-call times (device events on GPUs, host time around synchronised calls on the CPU).
+        host_samples_ms: Synchronised host wall time per call (cross-checks device events against side streams).
+        kept_outputs: Outputs of the calls whose index was asked for (for a correctness recheck).
+    """
+
+    samples_ms: list[float]
+    host_samples_ms: list[float]
+    kept_outputs: dict[int, Any]
+
+
+def time_forward(
+    fn: Callable[..., Any],
+    inputs: Sequence[Sequence[Any]],
+    clock: DeviceClock,
+    *,
+    warmup: int,
+    repeats: int,
+    max_time_s: float,
+    flush_bytes: int,
+    keep: Sequence[int] = (),
+) -> TimedRun:
+    """Time ``fn`` on ``repeats`` calls; call ``i`` uses a clone of ``inputs[i % len(inputs)]``.
+
+    ``keep`` lists call indices whose outputs are returned for a recheck. At least 3 calls are timed even
+    when ``max_time_s`` runs out earlier.
+    """
+    flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
+    for i in range(warmup):
+        fn(*clone_args(inputs[i % len(inputs)]))
+    clock.sync()
+    samples: list[float] = []
+    host: list[float] = []
+    kept: dict[int, Any] = {}
+    deadline = time.perf_counter() + max_time_s
+    for i in range(repeats):
+        args = clone_args(inputs[i % len(inputs)])
+        if flush is not None:
+            flush.fill_(float(i))  # overwrite a buffer larger than the last-level cache
+        events = clock.events()
+        clock.sync()
+        t0 = time.perf_counter_ns()
+        if events is not None:
+            events[0].record()
+        out = fn(*args)
+        if events is not None:
+            events[1].record()
+        clock.sync()
+        t1 = time.perf_counter_ns()
+        host.append((t1 - t0) / 1e6)
+        samples.append(events[0].elapsed_time(events[1]) if events is not None else host[-1])
+        if i in keep:
+            kept[i] = out
+        if i >= 2 and time.perf_counter() > deadline and not any(k > i for k in keep):
+            break
+    return TimedRun(samples, host, kept)
