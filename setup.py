@@ -7,18 +7,17 @@ cannot be built (no compiler, not Linux, pybind11 missing) the install still suc
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
-log = logging.getLogger("musaenv.setup")
-
 
 class OptionalBuildExt(build_ext):
     """``build_ext`` that warns instead of failing when an extension cannot be compiled."""
+
+    _failed: tuple[str, ...] = ()
 
     def run(self) -> None:
         try:
@@ -30,11 +29,16 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:  # same reason as above, per extension
+            self._failed = (*self._failed, ext.name)
             self._warn(f"{ext.name} not built ({exc}); the pure-Python fallback will be used")
+
+    def copy_extensions_to_source(self) -> None:  # --inplace / editable: copy only what was built
+        built = [e for e in self.extensions if e.name not in self._failed]  # type: ignore[has-type]
+        self.extensions = built
+        super().copy_extensions_to_source()
 
     @staticmethod
     def _warn(msg: str) -> None:
-        log.warning(msg)
         sys.stderr.write(f"WARNING: {msg}\n")
 
 

@@ -51,3 +51,15 @@ def sandbox_implementation() -> str:
     Validated by :func:`musaenv.evaluator.sandbox.enter_sandbox`.
     """
     return os.environ.get("MUSAENV_SANDBOX_IMPL", "").strip().lower() or "auto"
+
+
+def child_env(threads: int | None = None) -> dict[str, str]:
+    """Environment for musaenv's own subprocesses (workers, builders): importable musaenv, pinned thread counts."""
+    env = dict(os.environ)
+    pkg_parent = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if threads is not None:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[var] = str(threads)
+    return env

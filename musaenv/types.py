@@ -130,7 +130,8 @@ class EvalResult:
         ref_timing: Reference :class:`TimingStats`.
         compile_time_s: Seconds spent building extensions (0 on a cache hit).
         build_cached: True when every extension came from the build cache.
-        eval_time_s: Wall time of the whole evaluation.
+        eval_time_s: Wall time of the whole evaluation (``None`` when the response was refused by parsing or static
+            checks before any process ran).
         compiler_log: Truncated compiler output (errors verbatim).
         runtime_log: Truncated traceback or crash description.
         flags: Named findings that decided a ``cheating`` verdict (e.g. ``forbidden_torch_op``).

@@ -151,6 +151,7 @@ class BuildOutcome:
         seconds: Wall time spent on this request.
         cached: True when the artifact came from the cache.
         timed_out: True when the build hit its time limit.
+        infra_error: True when the harness failed (the builder could not run), not the candidate's sources.
         extra: JSON-safe details (e.g. compile-only steps).
     """
 
@@ -161,6 +162,7 @@ class BuildOutcome:
     seconds: float = 0.0
     cached: bool = False
     timed_out: bool = False
+    infra_error: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,6 +218,10 @@ def build_extension(spec: BuildSpec, timeout_s: float = 300.0, root: Path | None
         return _compile_only(spec, name, final_dir, timeout_s, start)
     if so_path.exists():
         return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
+    failed = _read_json(final_dir / "failed.json")
+    if failed:  # compile errors are deterministic: the same sources fail the same way, instantly
+        return BuildOutcome(False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start,
+                            cached=True)
     tmp = root / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
     try:
@@ -227,10 +233,16 @@ def build_extension(spec: BuildSpec, timeout_s: float = 300.0, root: Path | None
         if timed_out:
             msg = f"compilation exceeded the {timeout_s:.0f} s limit and was killed"
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
+        if rc > 0 and not result:
+            return BuildOutcome(False, name, log=f"the builder failed before building:\n{build_log}",
+                                seconds=seconds, infra_error=True)
         if rc != 0 or not result.get("ok") or not (tmp / f"{name}.so").exists():
             if rc < 0:
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
                 build_log += _tail(tmp / "builder.log")
+            elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
+                final_dir.mkdir(parents=True, exist_ok=True)
+                (final_dir / "failed.json").write_text(json.dumps({"log": build_log}))
             return BuildOutcome(False, name, log=build_log, seconds=seconds)
         final_dir.mkdir(parents=True, exist_ok=True)
         staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
@@ -252,6 +264,7 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=str(tmp),
+            env=_env.child_env(),
         )
         try:
             return proc.wait(timeout=timeout_s), False

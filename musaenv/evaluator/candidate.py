@@ -39,6 +39,7 @@ class CandidateRun:
     builds: list[dict[str, Any]] = field(default_factory=list)
     compile_time_s: float = 0.0
     compile_log: str = ""
+    infra_log: str = ""
     compile_only: bool = False
     warnings: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
@@ -70,6 +71,8 @@ def _serve_build(
         run.compile_time_s += outcome.seconds
     if not outcome.ok:
         run.compile_log = outcome.log
+        if outcome.infra_error:
+            run.infra_log = outcome.log
     worker.chan.send({"type": "build_result", **outcome.to_dict()})
     return time.monotonic() - t0
 

@@ -99,6 +99,8 @@ class LocalEvaluator:
         """Evaluate one response (raw LLM text or plain code) on ``task``. Never raises for a bad candidate."""
         start = time.perf_counter()
         result = self._evaluate(task, response, seed)
+        if result.stage is Stage.FORMAT_ERROR and not result.extra:
+            return result  # refused before any process ran: no timing, so repeated calls give equal records
         return result.replace(eval_time_s=time.perf_counter() - start)
 
     def _evaluate(self, task: Task, response: str, seed: int) -> EvalResult:

@@ -12,11 +12,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from musaenv import _env
 from musaenv.evaluator.channel import Channel, ProtocolError
 
 __all__ = ["WorkerProcess"]
 
-_PKG_PARENT = str(Path(__file__).resolve().parents[2])
 
 
 class WorkerProcess:
@@ -31,11 +31,7 @@ class WorkerProcess:
         self.role = role
         self.workdir = Path(tempfile.mkdtemp(prefix=f"musaenv-{role}-"))
         self.chan, (cr, cw) = Channel.pair()
-        env = dict(os.environ)
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            env[var] = str(cpu_threads)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_PARENT, env.get("PYTHONPATH", "")) if p)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env = _env.child_env(cpu_threads)
         self._log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 - closed in close()
         try:
             self.proc = subprocess.Popen(

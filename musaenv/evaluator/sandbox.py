@@ -316,7 +316,7 @@ class _Steps:
         t0 = time.perf_counter()
         try:
             reason = fn()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EvaluatorError) as exc:  # EvaluatorError: an architecture without a table
             reason = f"{type(exc).__name__}: {exc}"
         self.timings_ms.append((name, round((time.perf_counter() - t0) * 1e3, 3)))
         self.record(name, reason)
@@ -395,7 +395,9 @@ def _apply_rlimits(cfg: SandboxConfig, steps: _Steps) -> None:
     hard_nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     n_files = cfg.max_open_files if hard_nofile < 0 else min(cfg.max_open_files, hard_nofile)
     steps.run("rlimit_nofile", lambda: limit(resource.RLIMIT_NOFILE, n_files))
-    if cfg.max_processes > 0:
+    if cfg.max_processes > 0 and os.getuid() == 0:
+        steps.record("rlimit_nproc", "uid 0 is exempt from RLIMIT_NPROC even without capabilities (kernel/fork.c)")
+    elif cfg.max_processes > 0:
         # RLIMIT_NPROC is per user, not per process: headroom over what the user already runs.
         steps.run("rlimit_nproc", lambda: limit(resource.RLIMIT_NPROC, _tasks_of_uid(os.getuid()) + cfg.max_processes))
     else:

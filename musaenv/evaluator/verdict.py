@@ -85,6 +85,9 @@ def judge(
         compiler_log=_truncate(run.compile_log, log_chars),
         extra={"builds": run.builds, "sandbox": run.sandbox},
     )
+    if run.infra_log:
+        return base.replace(stage=Stage.INFRA_ERROR, messages=("the build service failed (not the candidate)",),
+                            runtime_log=_truncate(run.infra_log, log_chars))
     if run.failure is not None:
         stage, text = run.failure
         is_compile = stage == "compile_error"
@@ -112,7 +115,7 @@ def judge(
         max_rel_error=worst_rel,
         warnings=(*base.warnings, *run.warnings),
     )
-    if not _recheck(run, ref, atol, rtol):
+    if passed == len(ref.trials) and not _recheck(run, ref, atol, rtol):
         flags.append("timed_output_mismatch")
     if flags:
         notes = tuple(WORKER_FLAGS.get(f, f) for f in flags)

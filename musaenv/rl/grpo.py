@@ -69,7 +69,8 @@ class GRPOTrainer:
         config: Hyper-parameters.
         ref_model: Frozen reference for the KL term; default a deep copy of ``model`` taken now (only when
             ``config.beta > 0``).
-        optimizer: A torch optimizer over ``model``'s parameters; default AdamW with ``config``'s settings.
+        optimizer: A torch optimizer over ``model``'s parameters; default AdamW with ``config``'s settings, created
+            at the first :meth:`update`.
     """
 
     def __init__(
@@ -100,13 +101,21 @@ class GRPOTrainer:
             self.ref_model.eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
-        self.optimizer = optimizer or torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad],
-            lr=self.config.learning_rate,
-            weight_decay=self.config.weight_decay,
-        )
+        self._optimizer = optimizer
         self._rng = np.random.default_rng(self.config.seed)
         self.steps = 0
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The torch optimizer, created on first use (a trainer used only to sample never needs one)."""
+        if self._optimizer is None:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if not params:
+                raise ValueError("GRPOTrainer.update: the model has no trainable parameters (requires_grad=False).")
+            self._optimizer = torch.optim.AdamW(
+                params, lr=self.config.learning_rate, weight_decay=self.config.weight_decay
+            )
+        return self._optimizer
 
     # ----------------------------------------------------------------------------------------------- prompts
     def encode_prompt(self, prompt: Prompt) -> list[int]:
@@ -167,10 +176,23 @@ class GRPOTrainer:
             out += [lp[i, : len(r)].tolist() for i, r in enumerate(rs)]
         return out
 
+    def response_logprobs(self, prompts: Sequence[Prompt], responses: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Per-token log-probs (at ``config.temperature``) of given response token ids under the current model.
+
+        Args:
+            prompts: One prompt per response, encoded as :meth:`generate` encodes them.
+            responses: Response token ids.
+
+        Returns:
+            One list of floats per response, as long as the response.
+        """
+        encoded = [self.encode_prompt(p) for p in prompts]
+        return self._logprob_lists(self.model, encoded, [list(r) for r in responses])
+
     # ---------------------------------------------------------------------------------------------- policy
     @torch.no_grad()
     def _sample(self, prompts: Sequence[list[int]], max_new_tokens: int) -> list[tuple[list[int], str]]:
-        ids, attn, pos, _, p_len = self._pack(prompts, [[] for _ in prompts])
+        ids, attn, _, _, p_len = self._pack(prompts, [[] for _ in prompts])
         seed = int(self._rng.integers(2**62))
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):

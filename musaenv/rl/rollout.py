@@ -34,7 +34,7 @@ def _default_advantages(returns: Sequence[float]) -> Sequence[float]:
     # Imported lazily: musaenv.rewards is written independently and pure Python.
     from musaenv.rewards.group import grpo_advantages
 
-    return grpo_advantages(list(returns))  # type: ignore[no-any-return]
+    return grpo_advantages(list(returns))
 
 
 def _as_dict(ev: Any) -> dict[str, Any]:

@@ -40,6 +40,10 @@ __all__ = [
     "policy_severity",
 ]
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # --- policies --------------------------------------------------------------------------------------------------
 
 #: Flags whose severity depends on the policy: strict -> error, permissive -> warning, off -> not reported.
@@ -270,266 +274,29 @@ NN_MODULE_READ_METHODS = frozenset(
 
 # Names of aten compute ops, used where the receiver's type is unknown (Python) or never known (C++ methods).
 # In-place variants (``add_``) are recognised by stripping the trailing underscore.
-ATEN_COMPUTE_NAMES = frozenset(
-    [
-        "abs",
-        "absolute",
-        "acos",
-        "acosh",
-        "adaptive_avg_pool1d",
-        "adaptive_avg_pool2d",
-        "adaptive_avg_pool3d",
-        "adaptive_max_pool1d",
-        "adaptive_max_pool2d",
-        "adaptive_max_pool3d",
-        "add",
-        "addbmm",
-        "addcdiv",
-        "addcmul",
-        "addmm",
-        "addmv",
-        "addr",
-        "amax",
-        "amin",
-        "aminmax",
-        "angle",
-        "any",
-        "all",
-        "argmax",
-        "argmin",
-        "argsort",
-        "asin",
-        "asinh",
-        "atan",
-        "atan2",
-        "atanh",
-        "avg_pool1d",
-        "avg_pool2d",
-        "avg_pool3d",
-        "baddbmm",
-        "batch_norm",
-        "bernoulli",
-        "bilinear",
-        "binary_cross_entropy",
-        "bitwise_and",
-        "bitwise_not",
-        "bitwise_or",
-        "bitwise_xor",
-        "bmm",
-        "bucketize",
-        "cat",
-        "cdist",
-        "ceil",
-        "celu",
-        "chain_matmul",
-        "cholesky",
-        "clamp",
-        "clamp_min",
-        "clamp_max",
-        "clip",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-        "convolution",
-        "cos",
-        "cosh",
-        "cosine_similarity",
-        "count_nonzero",
-        "cross",
-        "cross_entropy",
-        "cummax",
-        "cummin",
-        "cumprod",
-        "cumsum",
-        "deg2rad",
-        "diff",
-        "digamma",
-        "dist",
-        "div",
-        "divide",
-        "dot",
-        "dropout",
-        "einsum",
-        "elu",
-        "embedding",
-        "eq",
-        "erf",
-        "erfc",
-        "erfinv",
-        "exp",
-        "exp2",
-        "expm1",
-        "floor",
-        "floor_divide",
-        "fmod",
-        "frac",
-        "gather",
-        "ge",
-        "gelu",
-        "ger",
-        "glu",
-        "grid_sample",
-        "group_norm",
-        "gt",
-        "hardshrink",
-        "hardsigmoid",
-        "hardswish",
-        "hardtanh",
-        "histc",
-        "hypot",
-        "index_add",
-        "index_copy",
-        "index_fill",
-        "index_put",
-        "index_select",
-        "inner",
-        "instance_norm",
-        "interpolate",
-        "inverse",
-        "isclose",
-        "isfinite",
-        "isinf",
-        "isnan",
-        "kl_div",
-        "kron",
-        "kthvalue",
-        "l1_loss",
-        "layer_norm",
-        "le",
-        "leaky_relu",
-        "lerp",
-        "lgamma",
-        "linear",
-        "log",
-        "log10",
-        "log1p",
-        "log2",
-        "log_softmax",
-        "logaddexp",
-        "logcumsumexp",
-        "logical_and",
-        "logical_not",
-        "logical_or",
-        "logical_xor",
-        "logit",
-        "logsumexp",
-        "lt",
-        "masked_fill",
-        "masked_scatter",
-        "masked_select",
-        "matmul",
-        "max",
-        "max_pool1d",
-        "max_pool2d",
-        "max_pool3d",
-        "maximum",
-        "mean",
-        "median",
-        "min",
-        "minimum",
-        "mish",
-        "mm",
-        "mode",
-        "mse_loss",
-        "mul",
-        "multiply",
-        "mv",
-        "nan_to_num",
-        "nanmean",
-        "nansum",
-        "ne",
-        "neg",
-        "negative",
-        "nll_loss",
-        "nonzero",
-        "norm",
-        "normalize",
-        "outer",
-        "pad",
-        "pairwise_distance",
-        "pdist",
-        "pixel_shuffle",
-        "pixel_unshuffle",
-        "pow",
-        "prelu",
-        "prod",
-        "quantile",
-        "rad2deg",
-        "reciprocal",
-        "relu",
-        "relu6",
-        "remainder",
-        "renorm",
-        "repeat",
-        "repeat_interleave",
-        "roll",
-        "rot90",
-        "round",
-        "rrelu",
-        "rsqrt",
-        "scaled_dot_product_attention",
-        "scatter",
-        "scatter_add",
-        "scatter_reduce",
-        "searchsorted",
-        "selu",
-        "sigmoid",
-        "sign",
-        "signbit",
-        "silu",
-        "sin",
-        "sinc",
-        "sinh",
-        "smooth_l1_loss",
-        "softmax",
-        "softmin",
-        "softplus",
-        "softshrink",
-        "sort",
-        "sqrt",
-        "square",
-        "std",
-        "stack",
-        "sub",
-        "subtract",
-        "sum",
-        "svd",
-        "tan",
-        "tanh",
-        "tensordot",
-        "threshold",
-        "tile",
-        "topk",
-        "trace",
-        "tril",
-        "triu",
-        "true_divide",
-        "trunc",
-        "unique",
-        "var",
-        "vdot",
-        "where",
-        "xlogy",
-        "flip",
-        "fft",
-        "rfft",
-        "irfft",
-        "ifft",
-        "baddbmm",
-        "_softmax",
-        "_log_softmax",
-        "_convolution",
-        "cudnn_convolution",
-        "mkldnn_convolution",
-        "linalg_vector_norm",
-        "forward",
-        "__call__",
-        "_call_impl",
-        "_conv_forward",
-    ]
+ATEN_COMPUTE_NAMES = _words(
+    """
+    __call__ _call_impl _conv_forward _convolution _log_softmax _softmax abs absolute acos acosh adaptive_avg_pool1d
+    adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool1d adaptive_max_pool2d adaptive_max_pool3d add addbmm
+    addcdiv addcmul addmm addmv addr all amax amin aminmax angle any argmax argmin argsort asin asinh atan atan2
+    atanh avg_pool1d avg_pool2d avg_pool3d baddbmm batch_norm bernoulli bilinear binary_cross_entropy bitwise_and
+    bitwise_not bitwise_or bitwise_xor bmm bucketize cat cdist ceil celu chain_matmul cholesky clamp clamp_max
+    clamp_min clip conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d convolution cos cosh
+    cosine_similarity count_nonzero cross cross_entropy cudnn_convolution cummax cummin cumprod cumsum deg2rad diff
+    digamma dist div divide dot dropout einsum elu embedding eq erf erfc erfinv exp exp2 expm1 fft flip floor
+    floor_divide fmod forward frac gather ge gelu ger glu grid_sample group_norm gt hardshrink hardsigmoid hardswish
+    hardtanh histc hypot ifft index_add index_copy index_fill index_put index_select inner instance_norm interpolate
+    inverse irfft isclose isfinite isinf isnan kl_div kron kthvalue l1_loss layer_norm le leaky_relu lerp lgamma
+    linalg_vector_norm linear log log10 log1p log2 log_softmax logaddexp logcumsumexp logical_and logical_not
+    logical_or logical_xor logit logsumexp lt masked_fill masked_scatter masked_select matmul max max_pool1d
+    max_pool2d max_pool3d maximum mean median min minimum mish mkldnn_convolution mm mode mse_loss mul multiply mv
+    nan_to_num nanmean nansum ne neg negative nll_loss nonzero norm normalize outer pad pairwise_distance pdist
+    pixel_shuffle pixel_unshuffle pow prelu prod quantile rad2deg reciprocal relu relu6 remainder renorm repeat
+    repeat_interleave rfft roll rot90 round rrelu rsqrt scaled_dot_product_attention scatter scatter_add
+    scatter_reduce searchsorted selu sigmoid sign signbit silu sin sinc sinh smooth_l1_loss softmax softmin softplus
+    softshrink sort sqrt square stack std sub subtract sum svd tan tanh tensordot threshold tile topk trace tril
+    triu true_divide trunc unique var vdot where xlogy
+    """
 )
 
 
@@ -541,3 +308,144 @@ def is_compute_name(name: str) -> bool:
         return True
     return bool(re.fullmatch(r"__(?:i|r)?(?:add|sub|mul|matmul|truediv|floordiv|mod|pow|neg|abs|and|or|xor|"
                              r"lshift|rshift|invert|lt|le|gt|ge|eq|ne|pos)__", name))  # fmt: skip
+
+
+# --- C++ / CUDA / MUSA -----------------------------------------------------------------------------------------
+
+#: Top-level namespaces of torch's C++ API.
+CPP_TORCH_NAMESPACES = frozenset({"at", "torch", "c10", "aten", "caffe2"})
+
+#: Names after the torch namespace (``at::empty`` -> ``empty``; MUSA spelled as CUDA) that are plumbing.
+#: Single-segment names starting with an upper-case letter (types: ``Tensor``, ``Half``) and ``k*`` constants
+#: (``kFloat``, ``kCUDA``) are plumbing too, except the ones in :data:`CPP_TORCH_SPECIAL`.
+CPP_TORCH_PLUMBING = frozenset(
+    {
+        "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+        "arange", "from_blob", "dtype", "device", "layout", "requires_grad", "memory_format", "elementSize",
+        "toString", "isFloatingType", "isComplexType", "isIntegralType", "isReducedFloatingType", "irange",
+        "parallel_for", "parallel_reduce", "get_num_threads", "get_thread_num", "in_parallel_region", "divup",
+        "ceil_div", "nullopt", "make_optional", "optional", "string_view", "complex", "acc_type", "opmath_type",
+        "typeMetaToScalarType", "scalarTypeToTypeMeta", "toUnderlying", "toRealValueType", "toComplexType",
+        "cuda::getCurrentCUDAStream", "cuda::getDefaultCUDAStream", "cuda::getCurrentDeviceProperties",
+        "cuda::getDeviceProperties", "cuda::current_device", "cuda::device_count", "cuda::CUDAGuard",
+        "cuda::OptionalCUDAGuard", "cuda::CUDAStream", "cuda::CUDAStreamGuard", "cuda::OptionalCUDAStreamGuard",
+        "cuda::CUDAEvent", "cuda::warp_size", "cuda::CUDACachingAllocator::raw_alloc",
+        "cuda::CUDACachingAllocator::raw_delete", "cuda::CUDACachingAllocator::get", "cuda::detail::getCUDAHooks",
+        "cuda::ATenCeilDiv", "detail::ScalarTypeToCPPType", "impl::ScalarTypeToCPPType", "CppTypeToScalarType",
+        "util::get_fully_qualified_type_name", "native::ceil_log2",
+    }
+)  # fmt: skip
+#: Prefixes (after the torch namespace) of plumbing: vectorisation helpers, enum members.
+CPP_TORCH_PLUMBING_PREFIXES = (
+    "vec::", "ScalarType::", "Layout::", "MemoryFormat::", "DeviceType::", "Half::", "BFloat16::", "detail::TypeMeta",
+)  # fmt: skip
+#: Names after the torch namespace with a flag of their own (prefix match on ``::`` boundaries).
+CPP_TORCH_SPECIAL: dict[str, str] = {
+    "cuda::getStreamFromPool": "side_stream",
+    "cuda::getStreamFromExternal": "side_stream",
+    "cuda::setCurrentCUDAStream": "side_stream",
+    "cuda::CUDAGraph": "graph_replay",
+    "cuda::blas": "vendor_library",
+    "cuda::getCurrentCUDABlasHandle": "vendor_library",
+    "cuda::getCurrentCUDABlasLtHandle": "vendor_library",
+    "cuda::getCurrentCUDASparseHandle": "vendor_library",
+    "cuda::getCurrentCUDASolverDnHandle": "vendor_library",
+    "native::cpublas": "vendor_library",
+    "globalContext": "global_state",
+    "set_num_threads": "global_state",
+    "set_num_interop_threads": "global_state",
+    "manual_seed": "global_state",
+    "Dispatcher": "monkeypatch",
+    "Library": "monkeypatch",
+    "impl::OperatorEntry": "monkeypatch",
+    "jit": "graph_replay",
+}
+
+#: Qualified ``std::`` names that are banned (prefix match on ``::`` boundaries).
+CPP_STD_BANS: dict[str, str] = {
+    **dict.fromkeys(("std::thread", "std::jthread", "std::async", "std::system"), "thread_or_process"),
+    **dict.fromkeys(
+        ("std::fopen", "std::freopen", "std::ofstream", "std::ifstream", "std::fstream", "std::filebuf",
+         "std::basic_ofstream", "std::basic_ifstream", "std::basic_fstream", "std::filesystem", "std::rename",
+         "std::tmpfile", "std::tmpnam"),
+        "file_access",
+    ),
+    "std::getenv": "introspection",
+}  # fmt: skip
+
+#: Identifiers banned wherever they appear unqualified (or ``::``-qualified), called or not.
+CPP_NAME_BANS: dict[str, str] = {
+    **dict.fromkeys(
+        ("pthread_create", "fork", "vfork", "system", "popen", "execl", "execlp", "execle", "execv", "execvp",
+         "execvpe", "execve", "fexecve", "posix_spawn", "posix_spawnp", "clone", "kill", "ptrace", "prctl",
+         "syscall", "daemon", "CreateThread", "CreateProcessA", "CreateProcessW", "_beginthread"),
+        "thread_or_process",
+    ),
+    **dict.fromkeys(
+        ("socket", "connect", "getaddrinfo", "gethostbyname", "inet_pton", "inet_addr", "curl_easy_init",
+         "curl_easy_perform"),
+        "network",
+    ),
+    **dict.fromkeys(
+        ("fopen", "freopen", "fdopen", "open", "openat", "creat", "unlink", "unlinkat", "rename", "renameat",
+         "mkdir", "rmdir", "opendir", "mmap", "shm_open", "truncate", "ftruncate", "tmpfile", "mkstemp", "chdir",
+         "chmod", "symlink", "readlink", "realpath", "remove"),
+        "file_access",
+    ),
+    **dict.fromkeys(("dlopen", "dlsym", "dlmopen", "dlvsym", "LoadLibraryA", "LoadLibraryW", "GetProcAddress"),
+                    "dynamic_code"),
+    **dict.fromkeys(("getenv", "secure_getenv", "setenv", "putenv", "unsetenv", "clearenv", "environ"),
+                    "introspection"),
+    **dict.fromkeys(("TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT"), "monkeypatch"),
+}  # fmt: skip
+
+#: Identifier patterns (searched in code with comments and strings removed) -> flag.
+CPP_NAME_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?:cuda|musa|cu|mu)Stream(?:Create\w*|PerThread)|(?:cuda|musa|cu|mu)(?:LaunchHostFunc|"
+                r"StreamAddCallback)"), "side_stream"),
+    (re.compile(r"(?:cuda|musa|cu|mu)(?:StreamBeginCapture\w*|StreamEndCapture|Graph\w*|"
+                r"ThreadExchangeStreamCaptureMode)"), "graph_replay"),
+    (re.compile(r"(?:cuda|musa)(?:DeviceSetLimit|StreamSetAttribute|CtxResetPersistingL2Cache|DeviceSetCacheConfig|"
+                r"DeviceSetSharedMemConfig|DeviceReset|SetDeviceFlags)|accessPolicyWindow|"
+                r"(?:cuda|musa)LimitPersistingL2CacheSize"), "global_state"),
+    (re.compile(r"(?:cublas|cudnn|mublas|mudnn|cusparse|cufft|cusolver|cutensor|rocblas|hipblas|miopen)\w*|"
+                r"(?:cblas|mkl|MKL|dnnl|openblas|libxsmm|bli)_\w+|[sdcz](?:gemm|gemv|axpy|dot|syrk|trsm|scal)_"),
+     "vendor_library"),
+    (re.compile(r"Py(?:Import_\w+|Run_\w+|Eval_\w+|Object_Call\w*|Object_GetAttr\w*|_CompileString\w*)"),
+     "dynamic_code"),
+)  # fmt: skip
+
+#: Root namespaces of vendor libraries; ``thrust`` and ``cub`` are handled with :data:`CPP_THRUST_OK` and a
+#: device-wide check (``cub::Device*``).
+CPP_VENDOR_NAMESPACES = frozenset({"cutlass", "cute", "dnnl", "mkldnn", "Eigen", "cudnn_frontend", "oneapi", "mudnn"})
+CPP_THRUST_OK = frozenset(
+    {"device_ptr", "device_pointer_cast", "raw_pointer_cast", "pair", "tuple", "complex", "get", "make_pair",
+     "make_tuple", "counting_iterator", "host_vector", "device_vector"}
+)  # fmt: skip
+#: pybind11 entry points back into the Python interpreter.
+CPP_PYBIND_DYNAMIC = frozenset({"import", "eval", "exec", "eval_file", "globals"})
+#: C/C++ math functions that share a name with an aten op: ambiguous under ``using namespace at``.
+CPP_MATH_OVERLAP = _words(
+    "abs exp exp2 expm1 log log10 log1p log2 pow sqrt rsqrt sin cos tan asin acos atan atan2 sinh cosh tanh asinh "
+    "acosh atanh erf erfc lgamma floor ceil round trunc fmod hypot max min signbit remainder norm sort fill"
+)
+
+#: Headers -> flag (regex on the header name).
+CPP_HEADER_FLAGS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(?:cublas|cudnn|mublas|mudnn|cusparse|cufft|cusolver|cutensor|cblas|mkl|dnnl|oneapi/dnnl|mkldnn|"
+                r"openblas|eigen3?/|Eigen/|unsupported/Eigen|cutlass/|cute/|cudnn_frontend|rocblas|hipblas|miopen|"
+                r"libxsmm|blis|ATen/cuda/CUDABlas|ATen/cuda/CUDASparse|ATen/musa/MUSABlas)", re.I), "vendor_library"),
+    (re.compile(r"^ATen/native/"), "library_compute"),
+    (re.compile(r"^(?:dlfcn\.h|pybind11/embed\.h|pybind11/eval\.h)$"), "dynamic_code"),
+    (re.compile(r"^(?:sys/socket\.h|netinet/|arpa/inet\.h|netdb\.h|curl/)"), "network"),
+    (re.compile(r"^(?:spawn\.h|sys/wait\.h)$"), "thread_or_process"),
+    (re.compile(r"^(?:\.\.|/|~|[A-Za-z]:)|\.\./|\\"), "file_access"),
+)  # fmt: skip
+
+#: Linker libraries that are vendor compute.
+CPP_VENDOR_LIB_RE = re.compile(
+    r"^(?:cublas|cublasLt|cudnn\w*|mublas\w*|mudnn\w*|cusparse\w*|cufft\w*|cusolver\w*|cutensor\w*|mkl\w*|"
+    r"openblas\w*|blas|cblas|lapack\w*|dnnl|mkldnn|rocblas|hipblas\w*|MIOpen|xsmm|blis)$"
+)
+#: Linker libraries that are fine.
+CPP_OK_LIBS = frozenset({"gomp", "iomp5", "omp", "m", "pthread", "cuda", "cudart", "musa", "musart", "stdc++"})

@@ -9,12 +9,45 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BACKENDS", "ERROR", "POLICIES", "WARNING", "Finding", "StaticReport"]
+__all__ = ["BACKENDS", "ERROR", "FLAG_DESCRIPTIONS", "POLICIES", "WARNING", "Finding", "StaticReport"]
 
 ERROR = "error"
 WARNING = "warning"
 POLICIES = ("strict", "permissive", "off")
 BACKENDS = ("cpu", "cuda", "triton", "musa")
+
+#: Every flag the static checks emit, with what it means (HACKS.md numbers in brackets).
+FLAG_DESCRIPTIONS: dict[str, str] = {
+    "syntax_error": "the candidate is not valid Python",
+    "missing_model_new": "no class ModelNew is defined",
+    "forbidden_torch_op": "torch/aten compute reachable from ModelNew.forward [S1, S4]",
+    "no_custom_kernel": "forward never reaches a custom kernel [S1, S3]",
+    "try_except_fallback": "an exception handler falls back to torch [S2]",
+    "reference_model": "the reference Model is used, subclassed or patched [S1]",
+    "library_compute": "ATen/torch compute inside the C++/CUDA source [S5]",
+    "vendor_library": "cuBLAS/cuDNN/muBLAS/muDNN/CUTLASS/Thrust/MKL-style library compute [S5]",
+    "unresolved_source": "an extension source that cannot be read statically [S23]",
+    "computed_include": "an #include whose header is computed by a macro [S23]",
+    "dynamic_code": "exec/eval/importlib/ctypes/pickle/base64 or dynamic attribute access [S23]",
+    "process_or_thread": "threads, processes or signals from Python [T2]",
+    "thread_or_process": "threads or processes from C++ [T2]",
+    "network": "network access [S14]",
+    "monkeypatch": "patching torch, the harness or any imported module [S20, T4]",
+    "introspection": "frames, globals, gc, inspect, environment or argv [S21, S22]",
+    "file_access": "reading or writing files [S14]",
+    "harness_access": "importing the evaluation harness [S20]",
+    "side_stream": "work on another stream, or timing events [T1, T12]",
+    "graph_replay": "torch.compile, TorchScript, FX or CUDA graph replay [T8]",
+    "global_state": "process-wide RNG, thread, precision or L2 settings [S15, T7, T9]",
+    "private_torch_api": "private torch internals (torch._*)",
+    "tensor_subclass": "tensor subclasses or __torch_function__/__torch_dispatch__ overrides [T3]",
+    "output_cache": "outputs cached across calls (id(), data_ptr(), hash keys, lru_cache) [S11-S13]",
+    "banned_import": "an import outside the allowlist",
+    "inline_asm": "inline assembly (not checked)",
+    "preprocessor_unavailable": "the C preprocessor could not expand the source",
+    "macro_redefined": "a macro with several definitions",
+    "unusual_build_flag": "an unexpected linker library",
+}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import musaenv
 from musaenv.config import SandboxConfig
 from musaenv.errors import ConfigError
 from musaenv.evaluator.proctree import descendants, kill_tree, open_inet_sockets, thread_count
@@ -35,6 +36,7 @@ IMPLEMENTATIONS = [
     "python",
 ]
 ADDRESS_SPACE_MB = 4096
+REPO_ROOT = Path(musaenv.__file__).resolve().parents[1]
 
 PROBE = r"""
 import json, os, socket, subprocess, sys, threading
@@ -95,18 +97,23 @@ early_thread.join()
 out["early_thread_write"] = early["write"]
 out["signal_parent"] = attempt(lambda: os.kill(os.getppid(), 0))
 out["chmod_outside"] = attempt(lambda: os.chmod(outside, 0o777))
+import resource
+out["getrlimit"] = attempt(lambda: resource.getrlimit(resource.RLIMIT_NOFILE))
+out["setrlimit"] = attempt(lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
 out["memory_hog"] = attempt(lambda: bytearray(2 * ADDRESS_SPACE_MB << 20))
 print(json.dumps(out))
 """.replace("ADDRESS_SPACE_MB", str(ADDRESS_SPACE_MB))
 
 
 def _run_python(code: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter that imports this checkout of musaenv; returns its last JSON line."""
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, "PYTHONPATH": path, **(env or {})},
     )
     assert proc.returncode == 0, f"probe died with {proc.returncode}:\n{proc.stderr[-3000:]}"
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -123,9 +130,17 @@ def probe(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     return out
 
 
+KERNEL_HAS_SECCOMP = "Seccomp:" in Path("/proc/self/status").read_text()
+MIN_LANDLOCK_ABI = {"landlock_writes": 1, "landlock_tcp": 4, "landlock_scope": 6}
+
+
 def _require(report: dict[str, Any], measure: str) -> None:
-    if measure not in report["applied"]:
-        pytest.skip(f"{measure} not in force here: {report['not_applied'].get(measure, 'not attempted')}")
+    """Skip when this kernel lacks the feature; fail when it has it and the sandbox did not apply it."""
+    if measure.startswith("seccomp") and not KERNEL_HAS_SECCOMP:
+        pytest.skip("kernel without seccomp")
+    if report["landlock_abi"] < MIN_LANDLOCK_ABI.get(measure, 0):
+        pytest.skip(f"{measure} needs Landlock ABI {MIN_LANDLOCK_ABI[measure]}, kernel has {report['landlock_abi']}")
+    assert measure in report["applied"], report["not_applied"].get(measure, "not attempted")
 
 
 def test_report_names_the_implementation_and_round_trips(probe: dict[str, Any]) -> None:
@@ -157,7 +172,13 @@ def test_writes_are_confined_to_the_workdir(probe: dict[str, Any]) -> None:
     assert probe["write_inside"] == "ok"
     _require(probe["report"], "landlock_writes")
     assert probe["write_outside"] == "PermissionError"
+
+
+def test_admin_calls_are_denied_but_reading_limits_works(probe: dict[str, Any]) -> None:
+    _require(probe["report"], "seccomp_admin")
     assert probe["chmod_outside"] == "PermissionError"
+    assert probe["setrlimit"] == "ValueError"  # CPython turns EPERM from setrlimit into ValueError
+    assert probe["getrlimit"] == "ok"
 
 
 def test_threads_started_before_the_sandbox_are_confined_or_reported(probe: dict[str, Any]) -> None:
@@ -183,8 +204,8 @@ def test_memory_hog_gets_memory_error_and_the_worker_survives(probe: dict[str, A
 @pytest.mark.skipif(not HAS_EXTENSION, reason="musaenv._guard not built")
 def test_extension_and_fallback_build_the_same_bpf_program() -> None:
     guard = importlib.import_module("musaenv._guard")
-    for flags in itertools.product([False, True], repeat=4):
-        assert guard.seccomp_program(*flags) == seccomp_program(*flags), flags
+    for net, proc, exe, admin in itertools.product([False, True], repeat=4):
+        assert guard.seccomp_program(net, proc, exe, admin) == seccomp_program(net, proc, exe, admin)
 
 
 def test_processes_can_be_allowed_while_the_network_stays_blocked(tmp_path: Path) -> None:

@@ -1,12 +1,14 @@
-"""Test doubles for the RL tests: a tiny text env scored by character counts, and a scripted policy."""
+"""Test doubles for the RL tests: a text env scored by character counts, and a scripted policy.
+
+Imported by module name: pytest puts this folder on ``sys.path`` (rootdir-relative ``prepend`` import mode).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
-import pytest
 
 from musaenv.rl.protocol import Generation, Prompt
 
@@ -21,7 +23,7 @@ class CharCountEnv(gym.Env):
     (first turn only, as PrimeEcho trains). ``eval["stage"]`` is ``"correct"`` for a perfect response.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, target: str = "a", length: int = 8, max_turns: int = 1) -> None:
         self.target, self.length, self.max_turns = target, length, max_turns
@@ -79,8 +81,3 @@ class ScriptedPolicy:
                 self._i += 1
             out.append(row)
         return out
-
-
-@pytest.fixture
-def char_env() -> CharCountEnv:
-    return CharCountEnv()

@@ -1,0 +1,184 @@
+"""``musaenv`` command line: list tasks, evaluate a candidate, run the CPU demo, port CUDA to MUSA, ablate rewards."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from musaenv.errors import MusaEnvError
+
+__all__ = ["main"]
+
+DEMO_TASK = "l1_relu"
+
+
+@contextmanager
+def progress(label: str, enabled: bool = True) -> Iterator[None]:
+    """Show a live elapsed-time line while a long step (compiling, running) is in progress."""
+    if not enabled:
+        yield
+        return
+    from tqdm import tqdm
+
+    stop = threading.Event()
+    bar = tqdm(total=None, desc=label, bar_format="{desc}: {elapsed} elapsed", file=sys.stderr, leave=False)
+
+    def tick() -> None:
+        while not stop.wait(0.5):
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        bar.close()
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from musaenv.tasks.builtin import builtin_tasks, solution_path
+
+    tasks = builtin_tasks(level=args.level)
+    if args.json:
+        rows = [{**t.to_dict(), "has_cpu_solution": solution_path(t.id, "cpu") is not None} for t in tasks]
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'id':<28} {'level':>5}  {'solution':>8}  name")
+    for t in tasks:
+        has = "cpu" if solution_path(t.id, "cpu") else ""
+        print(f"{t.id:<28} {t.level:>5}  {has:>8}  {t.name}")
+    print(f"{len(tasks)} tasks")
+    return 0
+
+
+def _print_result(d: dict[str, Any], score: float | None) -> None:
+    from musaenv.tasks.prompts import feedback_text
+
+    print(feedback_text(d, score, 20000))
+    extras = [f"{k}={d[k]:.3f}" for k in ("compile_time_s", "eval_time_s") if d.get(k) is not None]
+    if extras:
+        print("(" + ", ".join(extras) + ")")
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from musaenv.config import EvalConfig
+    from musaenv.evaluator.local import LocalEvaluator
+    from musaenv.rewards import candidate_score
+    from musaenv.tasks.builtin import get_task
+    from musaenv.tasks.task import load_task_file
+
+    task = get_task(args.task) if args.task else load_task_file(args.reference)
+    try:
+        response = Path(args.candidate).read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise MusaEnvError(f"cannot read candidate file {args.candidate!r}: {e}") from None
+    config = EvalConfig(tier=args.tier, num_trials=args.trials)
+    with LocalEvaluator(args.backend, config) as ev, progress("evaluating", not args.json):
+        result = ev.evaluate(task, response, seed=args.seed)
+    score = candidate_score(result)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "score": score}, indent=2))
+    else:
+        _print_result(result.to_dict(), score)
+    return 0
+
+
+def _demo_responses(task_id: str) -> list[str]:
+    """A scripted policy: a broken first attempt (compile error), then the shipped solution."""
+    from musaenv.tasks.builtin import solution_source
+
+    good = solution_source(task_id, "cpu")
+    broken = good.replace(";", "", 1)  # drop one semicolon: a C++ compile error the feedback will show
+    return [f"First try:\n```python\n{broken}\n```", f"Fixed the syntax error:\n```python\n{good}\n```"]
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    import musaenv  # noqa: F401 - registers the env ids
+
+    env = gym.make("KernelGen-v0", task=args.task, backend="cpu", max_turns=3)
+    try:
+        obs, info = env.reset(seed=args.seed)
+        print(f"== Task {info['task_id']} (tier {info['tier']}), prompt of {len(obs)} characters ==")
+        for k, response in enumerate(_demo_responses(args.task), start=1):
+            with progress(f"turn {k}: compiling and running", not args.quiet):
+                obs, reward, terminated, truncated, info = env.step(response)
+            ev = info["eval"]
+            speed = f", speedup {ev['speedup']:.2f}x" if ev.get("speedup") else ""
+            first_line = (ev.get("compiler_log") or ev.get("runtime_log") or "").strip().splitlines()[:1]
+            print(f"turn {k}: verdict {ev['stage']}, score {info['score']}, reward {reward:.3f}{speed}"
+                  f" (compile {ev.get('compile_time_s') or 0:.1f} s, eval {ev.get('eval_time_s') or 0:.1f} s)")
+            if first_line:
+                print(f"         feedback starts: {first_line[0][:150]}")
+            if terminated or truncated:
+                print(f"episode over: return {info['episode_return']:.3f}, per-turn rewards {info['turn_rewards']}")
+                break
+    finally:
+        env.close()
+    return 0
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="musaenv", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("tasks", help="list the built-in tasks")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+    t.add_argument("--level", type=int, choices=[1, 2, 3], default=None)
+    t.set_defaults(func=_cmd_tasks)
+    e = sub.add_parser("eval", help="evaluate one candidate (a raw LLM response or a program)")
+    src = e.add_mutually_exclusive_group(required=True)
+    src.add_argument("--task", help="built-in task id")
+    src.add_argument("--reference", help="path of a KernelBench-format reference program")
+    e.add_argument("--candidate", required=True, help="file holding the response or program")
+    e.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "triton", "musa"])
+    e.add_argument("--tier", default="auto", choices=["auto", "cpu", "gpu"])
+    e.add_argument("--trials", type=int, default=5)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
+    e.set_defaults(func=_cmd_eval)
+    d = sub.add_parser("demo", help="one multi-turn CPU episode with a scripted policy")
+    d.add_argument("--task", default=DEMO_TASK)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--quiet", action="store_true", help="no progress display")
+    d.set_defaults(func=_cmd_demo)
+    for register in _optional_subcommands():
+        register(sub)
+    return p
+
+
+def _optional_subcommands() -> list[Callable[[Any], None]]:
+    found = []
+    for module, fn in (("musaenv.backends.musa_port", "add_port_subparser"),
+                       ("musaenv.rewards.ablate", "add_ablate_subparser")):
+        try:
+            mod = __import__(module, fromlist=[fn])
+        except ImportError:
+            continue
+        if hasattr(mod, fn):
+            found.append(getattr(mod, fn))
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (non-zero only for usage or harness errors)."""
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except MusaEnvError as e:
+        print(f"musaenv: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

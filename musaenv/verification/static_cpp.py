@@ -1,0 +1,436 @@
+"""Static checks of the C++/CUDA/MUSA sources a candidate compiles (HACKS.md S5, S23, T1, T2, T7, T8).
+
+Each source is first run through the system C preprocessor so that macros and token pasting hide nothing
+(``#define M(a, b) a##b`` then ``M(at::mat, mul)`` is seen as ``at::matmul``). ``#include`` lines are removed
+first (torch's headers are not expanded, the headers are listed and checked by name), and so are conditional
+directives, so that every branch of an ``#if`` is seen whatever the real build defines. When a macro is defined
+more than once a second pass keeps the first definitions, so an ``#if``/``#else`` pair of macro bodies is seen
+both ways. The text without preprocessing is scanned too: a half-written name like ``at::mat`` is caught there.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from musaenv.verification import allowlists as al
+from musaenv.verification.findings import ERROR, WARNING, Finding
+from musaenv.verification.static_sources import BuildSpec, SourceText
+
+__all__ = ["CppHit", "check_build", "scan_source"]
+
+logger = logging.getLogger(__name__)
+
+PREPROCESS_TIMEOUT_S = 10.0
+
+_LEX_RE = re.compile(
+    r"""(?P<lc>//[^\n]*)
+      |(?P<bc>/\*.*?\*/)
+      |(?P<raw>\b(?:u8|u|U|L)?R"(?P<d>[^()\\\s"]{0,16})\(.*?\)(?P=d)")
+      |(?P<num>\.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*)
+      |(?P<str>(?:\b(?:u8|u|U|L))?"(?:\\.|[^"\\\n])*")
+      |(?P<chr>(?:\b(?:u8|u|U|L))?'(?:\\.|[^'\\\n])*')
+      |(?P<id>[A-Za-z_]\w*)""",
+    re.S | re.X,
+)
+_DIRECTIVE_RE = re.compile(r"[ \t]*(?:#|%:)[ \t]*(\w+)[ \t]*(.*)$")
+_CONDITIONAL = frozenset({"if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif", "error", "warning",
+                          "line", "embed"})  # fmt: skip
+_QUAL_RE = re.compile(r"(?<![\w])(?:::\s*)?([A-Za-z_]\w*(?:\s*::\s*(?:template\s+)?~?[A-Za-z_]\w*)+)")
+_METHOD_RE = re.compile(r"(?:\.|->)\s*(?:template\s+)?([A-Za-z_]\w*)\s*(?:<[^;(){}]*?>)?\s*\(")
+_ID_RE = re.compile(r"[A-Za-z_]\w*")
+_USING_NS_RE = re.compile(r"\busing\s+namespace\s+((?:::\s*)?\w+(?:\s*::\s*\w+)*)\s*;")
+_NS_ALIAS_RE = re.compile(r"\bnamespace\s+(\w+)\s*=\s*((?:::\s*)?\w+(?:\s*::\s*\w+)*)\s*;")
+_DEF_RE = re.compile(r"\b(\w+)\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
+_ASM_RE = re.compile(r"\b(?:asm|__asm__|__asm)\b")
+_STRING_FLAGS = (
+    (re.compile(r"\b(?:cublas|cudnn|mublas|mudnn|cblas_|mkl_|libcublas|libcudnn)\w*", re.I), "vendor_library"),
+    (re.compile(r"\baten::\w+"), "library_compute"),
+)
+
+
+@dataclass(frozen=True)
+class CppHit:
+    """One finding inside a C++ source, before it is tied to the Python file.
+
+    Attributes:
+        flag: Finding flag.
+        symbol: The construct found (used to report each construct once).
+        line: 1-based line inside the source text, ``None`` when unknown.
+        detail: What it is and why it matters, one clause.
+        severity: ``error`` unless the construct is only a warning whatever the policy.
+    """
+
+    flag: str
+    symbol: str
+    line: int | None
+    detail: str
+    severity: str = ERROR
+
+
+def _lex(text: str, keep_strings: bool) -> tuple[str, list[tuple[str, int]]]:
+    """Blank comments (and, unless ``keep_strings``, string/char literals), keeping offsets and line breaks.
+
+    Returns the new text and the string literals' contents with their offsets.
+    """
+    strings: list[tuple[str, int]] = []
+
+    def repl(m: re.Match[str]) -> str:
+        kind = m.lastgroup
+        s = m.group(0)
+        if kind in ("lc", "bc"):
+            return re.sub(r"[^\n]", " ", s)
+        if kind in ("raw", "str", "chr"):
+            strings.append((s, m.start()))
+            return s if keep_strings else re.sub(r"[^\n]", " ", s)
+        return s
+
+    return _LEX_RE.sub(repl, text), strings
+
+
+def _splice(text: str) -> str:
+    """Join backslash-continued lines, padding with newlines so later lines keep their numbers."""
+    out: list[str] = []
+    pending = 0
+    for line in text.split("\n"):
+        if line.endswith("\\"):
+            out.append(line[:-1])
+            pending += 1
+            continue
+        out.append(line + "\n" * pending if pending else line)
+        pending = 0
+        out.append("\n")
+    return "".join(out)
+
+
+class _Lines:
+    """Offset -> line number of a text whose lines may carry their own numbers."""
+
+    def __init__(self, text: str, numbers: list[int] | None = None) -> None:
+        self.starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
+        self.numbers = numbers
+
+    def __call__(self, offset: int) -> int:
+        idx = bisect.bisect_right(self.starts, offset) - 1
+        if self.numbers is None:
+            return idx + 1
+        return self.numbers[min(idx, len(self.numbers) - 1)] if self.numbers else 1
+
+
+def _directives(code: str) -> tuple[str, list[tuple[str, int]], dict[str, list[int]]]:
+    """Blank include and conditional lines; return the text, the includes (with lines) and each #define's lines."""
+    lines = code.split("\n")
+    includes: list[tuple[str, int]] = []
+    defines: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        m = _DIRECTIVE_RE.match(line)
+        if m is None:
+            continue
+        name, rest = m.group(1), m.group(2).strip()
+        if name in ("include", "include_next", "import"):
+            includes.append((rest, i + 1))
+            lines[i] = ""
+        elif name in _CONDITIONAL:
+            lines[i] = ""
+        elif name == "define" and (dm := re.match(r"\w+", rest)):
+            defines.setdefault(dm.group(0), []).append(i)
+    return "\n".join(lines), includes, defines
+
+
+def _preprocess(text: str, kind: str, defines: list[str]) -> tuple[str | None, str]:
+    """Run ``g++ -E`` on ``text``; return (output or None, problem description or "")."""
+    gxx = shutil.which("g++") or shutil.which("c++")
+    if gxx is None:
+        return None, "no C++ preprocessor (g++) on this machine"
+    cmd = [gxx, "-E", "-x", "c++", "-std=gnu++17", "-nostdinc", "-w", "-DTORCH_EXTENSION_NAME=candidate_ext"]
+    if kind in ("cuda", "musa"):
+        cmd += ["-D__CUDACC__", "-D__NVCC__", "-D__CUDA_ARCH__=800", "-D__MUSACC__", "-D__MUSA_ARCH__=220"]
+    cmd += [*defines, "-"]
+    try:
+        proc = subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=PREPROCESS_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"the C++ preprocessor failed ({type(e).__name__})"
+    problem = ""
+    if proc.returncode != 0:
+        first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
+        problem = f"the C++ preprocessor reported an error ({first.strip()[:200]})"
+    return (proc.stdout if proc.stdout else None), problem
+
+
+def _mapped_output(out: str) -> tuple[str, _Lines]:
+    """Drop line markers and pragmas from ``g++ -E`` output, keeping each line's number in the input."""
+    lines: list[str] = []
+    numbers: list[int] = []
+    cur: int | None = None
+    for line in out.split("\n"):
+        m = re.match(r'#\s*(\d+)\s+"([^"]*)"', line)
+        if m:
+            cur = int(m.group(1)) if m.group(2) == "<stdin>" else None
+            continue
+        if cur is not None:
+            if not line.lstrip().startswith("#"):
+                lines.append(line)
+                numbers.append(cur)
+            cur += 1
+    text = "\n".join(lines)
+    return text, _Lines(text, numbers)
+
+
+def _check_include(rest: str, line: int) -> Iterator[CppHit]:
+    m = re.match(r'[<"]([^>"]*)[>"]', rest)
+    if m is None:
+        yield CppHit("computed_include", rest, line, f"#include {rest} is a computed include that cannot be checked")
+        return
+    header = m.group(1).strip()
+    for pattern, flag in al.CPP_HEADER_FLAGS:
+        if pattern.search(header):
+            yield CppHit(flag, f"<{header}>", line, f"#include <{header}> ({flag.replace('_', ' ')})")
+            return
+
+
+def _torch_name(rest: str) -> tuple[str, str] | None:
+    """(flag, detail) for ``at::<rest>`` (MUSA spelled as CUDA), or ``None`` when it is plumbing."""
+    norm = rest.replace("musa", "cuda").replace("MUSA", "CUDA")
+    for key, flag in al.CPP_TORCH_SPECIAL.items():
+        if norm == key or norm.startswith(key + "::"):
+            return flag, flag.replace("_", " ")
+    if norm in al.CPP_TORCH_PLUMBING or norm.startswith(al.CPP_TORCH_PLUMBING_PREFIXES):
+        return None
+    if "::" not in norm and (norm[:1].isupper() or re.fullmatch(r"k[A-Z]\w*", norm)):
+        return None
+    return "library_compute", "ATen/torch library compute"
+
+
+def _qualified(name: str, aliases: dict[str, str]) -> tuple[str, str] | None:
+    """(flag, detail) for a qualified name, after namespace aliases, or ``None`` when it is fine."""
+    parts = name.split("::")
+    if parts[0] in aliases:
+        parts = aliases[parts[0]].split("::") + parts[1:]
+    root, rest = parts[0], "::".join(parts[1:])
+    if root in al.CPP_TORCH_NAMESPACES:
+        return _torch_name(rest)
+    full = "::".join(parts)
+    if root == "std":
+        for key, flag in al.CPP_STD_BANS.items():
+            if full == key or full.startswith(key + "::"):
+                return flag, flag.replace("_", " ")
+        return None
+    if root in al.CPP_VENDOR_NAMESPACES or (root == "musa" and parts[1:2] == ["dnn"]):
+        return "vendor_library", "vendor library"
+    if root == "thrust" and parts[1] not in al.CPP_THRUST_OK:
+        return "vendor_library", "Thrust algorithm (vendor library)"
+    if root in ("cub", "hipcub") and parts[1].startswith("Device"):
+        return "vendor_library", "CUB device-wide algorithm (vendor library)"
+    if root in ("py", "pybind11") and parts[-1] in al.CPP_PYBIND_DYNAMIC:
+        return "dynamic_code", "a call back into the Python interpreter"
+    return None
+
+
+def _context(code: str, start: int) -> str:
+    """What precedes the token at ``start``: ``member``, ``qualified`` or ``free``."""
+    i = start - 1
+    while i >= 0 and code[i] in " \t\n":
+        i -= 1
+    if i >= 0 and (code[i] == "." or code[i - 1 : i + 1] == "->"):
+        return "member"
+    if i >= 1 and code[i - 1 : i + 1] == "::":
+        j = i - 2
+        while j >= 0 and code[j] in " \t\n":
+            j -= 1
+        return "qualified" if j >= 0 and (code[j].isalnum() or code[j] in "_>") else "free"
+    return "free"
+
+
+def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
+    """Identifier-level checks on code without comments and strings."""
+    aliases = {m.group(1): re.sub(r"\s|^::", "", m.group(2)) for m in _NS_ALIAS_RE.finditer(code)}
+    for m in _QUAL_RE.finditer(code):
+        name = re.sub(r"\s+|template\s+", "", m.group(1))
+        verdict = _qualified(name, aliases)
+        if verdict is not None:
+            flag, what = verdict
+            yield CppHit(flag, name, line_of(m.start(1)), f"{name} is {what}")
+    for m in _METHOD_RE.finditer(code):
+        method = m.group(1)
+        if al.is_compute_name(method):
+            yield CppHit("library_compute", f".{method}()", line_of(m.start(1)), f".{method}() is a tensor compute op")
+        elif method == "attr":
+            yield CppHit("dynamic_code", ".attr()", line_of(m.start(1)), ".attr() calls back into Python objects")
+    using_torch = any(
+        re.sub(r"\s|^::", "", u.group(1)).split("::")[0] in al.CPP_TORCH_NAMESPACES for u in _USING_NS_RE.finditer(code)
+    )
+    defined = {d.group(1) for d in _DEF_RE.finditer(code)}
+    for m in _ID_RE.finditer(code):
+        yield from _check_identifier(code, m, line_of, using_torch, defined)
+    for m in _ASM_RE.finditer(code):
+        yield CppHit("inline_asm", "asm", line_of(m.start()), "inline asm cannot be checked statically", WARNING)
+
+
+def _check_identifier(
+    code: str, m: re.Match[str], line_of: _Lines, using_torch: bool, defined: set[str]
+) -> Iterator[CppHit]:
+    word = m.group(0)
+    for pattern, flag in al.CPP_NAME_PATTERNS:
+        if pattern.fullmatch(word):
+            yield CppHit(flag, word, line_of(m.start()), f"{word} is {flag.replace('_', ' ')}")
+            return
+    ctx = _context(code, m.start())
+    if ctx != "free":
+        return
+    if word in al.CPP_NAME_BANS:
+        flag = al.CPP_NAME_BANS[word]
+        yield CppHit(flag, word, line_of(m.start()), f"{word} is {flag.replace('_', ' ')}")
+    elif using_torch and word not in defined and al.is_compute_name(word) and re.match(r"\s*\(", code[m.end() :]):
+        ambiguous = word in al.CPP_MATH_OVERLAP
+        detail = f"{word}() under 'using namespace' of torch/ATen " + (
+            "may be an ATen op" if ambiguous else "is ATen library compute"
+        )
+        yield CppHit("library_compute", word, line_of(m.start()), detail, WARNING if ambiguous else ERROR)
+
+
+def _scan_strings(strings: list[tuple[str, int]], line_of: _Lines) -> Iterator[CppHit]:
+    for s, offset in strings:
+        for pattern, flag in _STRING_FLAGS:
+            for m in pattern.finditer(s):
+                yield CppHit(flag, m.group(0), line_of(offset), f'string "{m.group(0)}" names {flag.replace("_", " ")}')
+
+
+def _first_definitions(code: str, defines: dict[str, list[int]]) -> str | None:
+    """``code`` with every repeated #define after the first blanked, or ``None`` when nothing is repeated."""
+    later = {i for idx in defines.values() for i in idx[1:]}
+    if not later:
+        return None
+    return "\n".join("" if i in later else line for i, line in enumerate(code.split("\n")))
+
+
+def scan_source(text: str, kind: str = "cpp", defines: tuple[str, ...] = (), preprocess: bool = True) -> list[CppHit]:
+    """Every construct of interest in one C++/CUDA/MUSA source text, each reported once.
+
+    Args:
+        text: The source as the compiler would receive it.
+        kind: ``cpp``, ``cuda``, ``musa`` or ``sycl`` (CUDA/MUSA predefine their compiler macros).
+        defines: ``-D``/``-U`` options from the build flags, applied to the preprocessor too.
+        preprocess: Run ``g++ -E``; when False, or when the preprocessor is missing, only the raw text is scanned.
+
+    Returns:
+        Hits in source order; a warning hit ``preprocessor_unavailable`` when preprocessing could not be done.
+    """
+    code, _ = _lex(_splice(text), keep_strings=True)
+    code, includes, macro_defs = _directives(code)
+    raw_lines = _Lines(code)
+    hits: list[CppHit] = []
+    for rest, line in includes:
+        hits.extend(_check_include(rest, line))
+    bare, strings = _lex(code, keep_strings=False)
+    hits.extend(_scan_names(bare, raw_lines))
+    hits.extend(_scan_strings(strings, raw_lines))
+    if preprocess and code.strip():
+        variants = [code] + [v for v in (_first_definitions(code, macro_defs),) if v is not None]
+        for variant in variants:
+            out, problem = _preprocess(variant, kind, list(defines))
+            if problem:
+                hits.append(CppHit("preprocessor_unavailable", problem, None, problem, WARNING))
+            if out is None:
+                break
+            pp_text, pp_lines = _mapped_output(out)
+            pp_bare, pp_strings = _lex(pp_text, keep_strings=False)
+            hits.extend(_scan_names(pp_bare, pp_lines))
+            hits.extend(_scan_strings(pp_strings, pp_lines))
+    if any(len(v) > 1 for v in macro_defs.values()):
+        names = sorted(k for k, v in macro_defs.items() if len(v) > 1)
+        hits.append(CppHit("macro_redefined", ",".join(names), None, f"macro(s) {', '.join(names)} defined more "
+                           "than once; both definitions were checked", WARNING))  # fmt: skip
+    unique: dict[tuple[str, str], CppHit] = {}
+    for h in hits:
+        unique.setdefault((h.flag, h.symbol), h)
+    return list(unique.values())
+
+
+_PATH_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "--include-path", "-B", "-L",
+               "-specs", "--sysroot", "-rpath", "-iprefix", "-iwithprefix")  # fmt: skip
+_PLUGIN_FLAGS = ("-fplugin", "-load", "--load-pass-plugin", "-Xclang", "-fpass-plugin")
+
+
+def _split_flags(flags: list[str]) -> list[str]:
+    """Tokens of build flags, with ``-Xcompiler a,b`` / ``-Wl,a,b`` forms split."""
+    out: list[str] = []
+    for f in flags:
+        for tok in f.split():
+            if tok.startswith(("-Wl,", "-Xcompiler=", "-Xlinker=", "--compiler-options=", "--linker-options=")):
+                out.extend(t for t in tok.split("=", 1)[-1].split(",") if t and not t.startswith("-Wl"))
+            elif "," in tok and not tok.startswith("-D"):
+                out.extend(t for t in tok.split(",") if t)
+            else:
+                out.append(tok)
+    return out
+
+
+def _flag_hits(tokens: list[str]) -> Iterator[CppHit]:
+    for tok in tokens:
+        if tok.startswith("-l"):
+            lib = tok[2:]
+            if al.CPP_VENDOR_LIB_RE.match(lib):
+                yield CppHit("vendor_library", tok, None, f"linker flag {tok} links a vendor library")
+            elif lib not in al.CPP_OK_LIBS:
+                yield CppHit("unusual_build_flag", tok, None, f"linker flag {tok} links an unexpected library", WARNING)
+        elif tok.startswith(_PLUGIN_FLAGS):
+            yield CppHit("dynamic_code", tok, None, f"build flag {tok} loads compiler plugins")
+        elif tok.startswith(_PATH_FLAGS) or tok.startswith("@") or "/" in tok or tok.endswith((".so", ".a", ".o")):
+            yield CppHit("file_access", tok, None, f"build flag {tok} reads files outside the candidate")
+
+
+def _defines(tokens: list[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for i, tok in enumerate(tokens):
+        if tok in ("-D", "-U") and i + 1 < len(tokens):
+            out.append(tok + tokens[i + 1])
+        elif tok.startswith(("-D", "-U")) and len(tok) > 2:
+            out.append(tok)
+    return tuple(out)
+
+
+def _to_finding(hit: CppHit, where: str, line: int, policy: str) -> Finding | None:
+    severity = WARNING if hit.severity == WARNING else al.policy_severity(hit.flag, policy)
+    if severity is None:
+        return None
+    advice = ""
+    if hit.flag in ("library_compute", "vendor_library") and severity == ERROR:
+        advice = "; write this computation in your own kernel"
+    return Finding(hit.flag, severity, f"{where}: {hit.detail}{advice}", line)
+
+
+def check_build(spec: BuildSpec, policy: str = "strict", preprocess: bool = True) -> list[Finding]:
+    """Findings for one ``load_inline`` call: its arguments, build flags and every source text.
+
+    Args:
+        spec: What :func:`musaenv.verification.static_sources.find_builds` recovered.
+        policy: ``strict``, ``permissive`` or ``off`` (library compute is an error, a warning, or ignored).
+        preprocess: Expand macros with ``g++ -E`` before scanning.
+    """
+    out: list[Finding] = []
+    call = f"load_inline call at line {spec.line}"
+    for name in spec.unresolved:
+        msg = f"{call}: argument {name} cannot be resolved statically; pass string literals or module-level constants"
+        out.append(Finding("unresolved_source", ERROR, msg, spec.line))
+    if spec.build_directory:
+        out.append(Finding("file_access", ERROR, f"{call}: build_directory is chosen by the harness", spec.line))
+    if spec.include_paths:
+        out.append(Finding("file_access", ERROR, f"{call}: extra_include_paths reads files from disk", spec.line))
+    tokens = _split_flags(spec.cflags + spec.ldflags)
+    for hit in _flag_hits(tokens):
+        f = _to_finding(hit, call, spec.line, policy)
+        if f is not None:
+            out.append(f)
+    defines = _defines(tokens)
+    for src in spec.sources:
+        for hit in scan_source(src.text, src.kind, defines, preprocess):
+            where = f"{src.kind}_sources" + (f" line {hit.line}" if hit.line is not None else "")
+            f = _to_finding(hit, where, src.python_line(hit.line), policy)
+            if f is not None:
+                out.append(f)
+    return out

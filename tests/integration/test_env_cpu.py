@@ -1,0 +1,127 @@
+"""End to end on the CPU backend: real g++, real torch extension loader, real worker processes."""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import musaenv
+from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator.local import LocalEvaluator
+from musaenv.tasks.builtin import get_task
+from musaenv.types import Stage
+from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
+
+pytestmark = pytest.mark.slow
+
+FAST = EvalConfig(static_policy="off", run_timeout_s=20.0, load_timeout_s=60.0, timing=TimingConfig(repeats=5, warmup=1, max_time_s=1.0))
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = LocalEvaluator("cpu", FAST)
+    yield ev
+    ev.close()
+
+
+@pytest.fixture(scope="module")
+def relu():
+    return get_task("l1_relu")
+
+
+def test_correct_then_cached(evaluator, relu):
+    first = evaluator.evaluate(relu, hazard_candidate("relu_ok"), seed=1)
+    assert first.stage is Stage.CORRECT, first.to_dict()
+    assert first.trials_passed == first.trials_total == 5
+    assert first.speedup is not None and first.speedup > 0
+    again = evaluator.evaluate(relu, hazard_candidate("relu_wrong"), seed=2)  # same C++ source: a cache hit
+    assert again.build_cached is True
+    assert again.compile_time_s == 0.0
+
+
+def test_wrong_math_is_incorrect(evaluator, relu):
+    r = evaluator.evaluate(relu, hazard_candidate("relu_wrong"), seed=3)
+    assert r.stage is Stage.INCORRECT
+    assert r.trials_passed == 0 and r.max_abs_error is not None and r.max_abs_error > 0.1
+    assert any("outside atol" in m for m in r.messages)
+
+
+def test_cpp_exception_is_runtime_error(evaluator, relu):
+    r = evaluator.evaluate(relu, hazard_candidate("throws"), seed=4)
+    assert r.stage is Stage.RUNTIME_ERROR
+    assert "kernel exploded on purpose" in r.runtime_log
+
+
+def test_segfault_is_runtime_error(evaluator, relu):
+    r = evaluator.evaluate(relu, hazard_candidate("segfault"), seed=5)
+    assert r.stage is Stage.RUNTIME_ERROR
+    assert "SIGSEGV" in r.runtime_log
+
+
+def test_infinite_loop_times_out_and_env_recovers(evaluator, relu):
+    r = evaluator.evaluate(relu, hazard_candidate("spin"), seed=6)
+    assert r.stage is Stage.TIMEOUT
+    assert "trials" in r.runtime_log
+    after = evaluator.evaluate(relu, hazard_candidate("relu_ok"), seed=7)
+    assert after.stage is Stage.CORRECT
+
+
+def test_compile_error_carries_compiler_output(evaluator, relu):
+    r = evaluator.evaluate(relu, COMPILE_ERROR_CANDIDATE, seed=8)
+    assert r.stage is Stage.COMPILE_ERROR
+    assert "error" in r.compiler_log.lower()
+    again = evaluator.evaluate(relu, COMPILE_ERROR_CANDIDATE, seed=9)
+    assert again.stage is Stage.COMPILE_ERROR and again.compiler_log == r.compiler_log
+
+
+def test_wrong_constructor_signature(evaluator, relu):
+    r = evaluator.evaluate(relu, hazard_candidate("relu_ok", init_args=", a, b"), seed=10)
+    assert r.stage is Stage.RUNTIME_ERROR
+    assert "TypeError" in r.runtime_log
+
+
+@pytest.mark.parametrize(
+    "response",
+    ["", " \n ", "x" * 5_000_000, "\x00\x01\x02binary\xff", b"\x00\xff bytes", "no code here", "```python\nprint(1)\n```",
+     "```python\nclass ModelNew(:\n```", None],
+    ids=["empty", "blank", "5MB", "binary-str", "bytes", "prose", "no-ModelNew", "syntax", "None"],
+)
+def test_bad_input_is_a_fast_format_error(evaluator, relu, response):
+    start = time.perf_counter()
+    r = evaluator.evaluate(relu, response, seed=0)  # type: ignore[arg-type]
+    assert r.stage is Stage.FORMAT_ERROR
+    assert r.messages
+    assert time.perf_counter() - start < 2.0  # answered without compiling (a compile takes 15 s or more)
+
+
+def test_episode_rewards_follow_primeecho(evaluator):
+    env = gym.make("KernelGen-v0", task="l1_relu", backend="cpu", max_turns=3, evaluator=evaluator)
+    obs, info = env.reset(seed=0)
+    assert "class Model" in obs and info["turn"] == 0
+    obs, r1, term, trunc, info = env.step(COMPILE_ERROR_CANDIDATE)
+    assert (r1, term, trunc) == (0.0, False, False)
+    assert info["eval"]["stage"] == "compile_error" and info["score"] == -1.0
+    assert "Verifier feedback on attempt 1" in obs and "compile_error" in obs
+    obs, r2, term, trunc, info = env.step(hazard_candidate("relu_ok"))
+    assert term and not trunc
+    s2 = info["score"]
+    assert s2 is not None and s2 >= 1.0
+    # PrimeEcho: R = 0.75 * s1 + 0.25 * max(s1, s2) + B2 (turn 1 failed, turn 2 succeeded)
+    expected = 0.75 * -1.0 + 0.25 * s2 + 0.1
+    assert r2 == pytest.approx(expected)
+    assert info["episode_return"] == pytest.approx(expected)
+    assert info["loss_weights"] == [1.0, 0.0]
+    env.close()
+
+
+def test_check_env_passes():
+    env = gym.make("KernelGen-v0", backend="cpu")
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+def test_env_ids_registered():
+    assert set(musaenv.ENV_IDS) <= set(gym.registry)
