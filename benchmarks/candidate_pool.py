@@ -41,12 +41,12 @@ log = logging.getLogger(__name__)
 
 PROGRAMS = ("fast", "slow", "partial", "wrong", "crash", "broken", "cheat", "prose")
 
-_BROKEN_CPP = r'''
+_BROKEN_CPP = r"""
 torch::Tensor forward(torch::Tensor x) {
     auto out = torch::empty_like(x)   // missing semicolon: a compile error
     return out;
 }
-'''
+"""
 
 _BROKEN = f'''import torch
 import torch.nn as nn
@@ -163,7 +163,12 @@ def collect_outcomes(
     cache: dict[str, list[dict[str, Any]]] = {}
     if cache_path.exists():
         cache = json.loads(cache_path.read_text())
-    todo = [(t, p) for t in task_ids for p in PROGRAMS if len(cache.get(response_key(t, program_response(t, p)), [])) < n_seeds]
+    todo = [
+        (t, p)
+        for t in task_ids
+        for p in PROGRAMS
+        if len(cache.get(response_key(t, program_response(t, p)), [])) < n_seeds
+    ]
     if not todo:
         return cache
     with LocalEvaluator("cpu", config or EvalConfig()) as ev:
@@ -175,8 +180,14 @@ def collect_outcomes(
             for seed in range(len(runs), n_seeds):
                 start = time.perf_counter()
                 result = ev.evaluate(task, response, seed=seed)
-                log.info("%s %s seed %d: %s in %.1f s", task_id, program, seed, result.stage.value,
-                         time.perf_counter() - start)
+                log.info(
+                    "%s %s seed %d: %s in %.1f s",
+                    task_id,
+                    program,
+                    seed,
+                    result.stage.value,
+                    time.perf_counter() - start,
+                )
                 runs.append(result.to_dict())
                 cache_path.parent.mkdir(parents=True, exist_ok=True)
                 cache_path.write_text(json.dumps(cache))

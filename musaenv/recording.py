@@ -225,7 +225,10 @@ class RecordEpisodes(gym.Wrapper[str, str, str, str]):
     """
 
     def __init__(
-        self, env: gym.Env[str, str], path: str | os.PathLike[str], group: str | None = None,
+        self,
+        env: gym.Env[str, str],
+        path: str | os.PathLike[str],
+        group: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(env)

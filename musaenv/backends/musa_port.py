@@ -69,17 +69,53 @@ _INCLUDE_WARN = re.compile(
     r"|device_launch_parameters\.h)"
 )
 
+# CUDA runtime names renamed cudaX -> musaX (torch_musa general.json maps the whole runtime that way). A list,
+# not a prefix rule, so unknown cuda* identifiers (user names) are warned about, never renamed; every name is
+# checked against the CUDA toolkit headers by tests/unit/backends/test_musa_port.py when a toolkit is present.
+_CUDA_RUNTIME_WORDS = """
+    cudaMalloc cudaMallocAsync cudaMallocHost cudaMallocManaged cudaMallocPitch cudaFree cudaFreeAsync
+    cudaFreeHost cudaMemcpy cudaMemcpyAsync cudaMemcpy2D cudaMemcpy2DAsync cudaMemcpyToSymbol
+    cudaMemcpyFromSymbol cudaMemcpyToSymbolAsync cudaMemcpyFromSymbolAsync cudaMemcpyPeer cudaMemcpyPeerAsync
+    cudaMemcpyKind cudaMemcpyHostToDevice cudaMemcpyDeviceToHost cudaMemcpyDeviceToDevice cudaMemcpyHostToHost
+    cudaMemcpyDefault cudaMemset cudaMemsetAsync cudaMemset2D cudaMemGetInfo cudaHostAlloc cudaHostRegister
+    cudaHostUnregister cudaHostGetDevicePointer cudaPointerGetAttributes cudaPointerAttributes
+    cudaMemPrefetchAsync cudaMemAdvise cudaHostAllocDefault cudaHostAllocMapped cudaHostAllocPortable
+    cudaHostRegisterDefault cudaMemAttachGlobal cudaMemoryTypeDevice cudaMemoryTypeHost cudaDeviceSynchronize
+    cudaDeviceReset cudaDeviceGetAttribute cudaDeviceProp cudaGetDeviceProperties cudaGetDevice cudaSetDevice
+    cudaGetDeviceCount cudaDeviceSetCacheConfig cudaDeviceCanAccessPeer cudaDeviceEnablePeerAccess
+    cudaDeviceAttr cudaDeviceSetLimit cudaDeviceGetLimit cudaLimitStackSize cudaLimitMallocHeapSize
+    cudaDevAttrMultiProcessorCount cudaDevAttrMaxSharedMemoryPerBlockOptin cudaDevAttrMaxThreadsPerBlock
+    cudaDevAttrWarpSize cudaDevAttrMaxSharedMemoryPerBlock cudaDevAttrL2CacheSize
+    cudaDevAttrComputeCapabilityMajor cudaDevAttrComputeCapabilityMinor cudaDevAttrMaxBlockDimX
+    cudaDevAttrMaxGridDimX cudaError_t cudaError cudaSuccess cudaErrorInvalidValue cudaErrorMemoryAllocation
+    cudaErrorNotReady cudaGetLastError cudaPeekAtLastError cudaGetErrorString cudaGetErrorName cudaStream_t
+    cudaStreamCreate cudaStreamCreateWithFlags cudaStreamCreateWithPriority cudaStreamDestroy
+    cudaStreamSynchronize cudaStreamWaitEvent cudaStreamQuery cudaStreamNonBlocking cudaStreamDefault
+    cudaStreamLegacy cudaStreamPerThread cudaStreamBeginCapture cudaStreamEndCapture cudaStreamCaptureModeGlobal
+    cudaStreamGetPriority cudaDeviceGetStreamPriorityRange cudaEvent_t cudaEventCreate cudaEventCreateWithFlags
+    cudaEventDestroy cudaEventRecord cudaEventSynchronize cudaEventElapsedTime cudaEventQuery cudaEventDefault
+    cudaEventDisableTiming cudaEventBlockingSync cudaFuncSetAttribute cudaFuncGetAttributes cudaFuncAttributes
+    cudaFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributePreferredSharedMemoryCarveout
+    cudaFuncSetCacheConfig cudaFuncCachePreferShared cudaFuncCachePreferL1 cudaFuncCachePreferNone
+    cudaFuncCachePreferEqual cudaLaunchKernel cudaLaunchCooperativeKernel
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxPotentialBlockSize cudaGraph_t cudaGraphExec_t
+    cudaGraphLaunch cudaGraphInstantiate cudaGraphDestroy cudaGraphExecDestroy cudaDataType cudaDataType_t
+    cudaChannelFormatDesc cudaCreateChannelDesc cudaArray_t cudaTextureObject_t cudaCreateTextureObject
+    cudaDestroyTextureObject cudaResourceDesc cudaTextureDesc cudaResourceTypeLinear cudaReadModeElementType
+    cudaAddressModeClamp cudaFilterModePoint cudaGetSymbolAddress cudaDriverGetVersion cudaRuntimeGetVersion
+    cudaIpcGetMemHandle cudaIpcOpenMemHandle cudaIpcMemHandle_t cudaProfilerStart cudaProfilerStop cudaMemPool_t
+    cudaDeviceGetDefaultMemPool cudaExtent cudaPitchedPtr cudaPos
+    """
+_CUDA_RUNTIME_NAMES = frozenset(_CUDA_RUNTIME_WORDS.split())
+# torch CUDA names whose torch_musa counterpart swaps CUDA for MUSA (torch_musa mapping/extra.json; torchada).
+_TORCH_CUDA_WORDS = """
+    getCurrentCUDAStream getDefaultCUDAStream setCurrentCUDAStream CUDAStream CUDAGuard OptionalCUDAGuard
+    CUDAStreamGuard OptionalCUDAStreamGuard CUDAEvent CUDACachingAllocator getCurrentCUDABlasHandle
+    C10_CUDA_KERNEL_LAUNCH_CHECK C10_CUDA_CHECK AT_CUDA_CHECK TORCH_CUDABLAS_CHECK
+"""
 # Whole identifiers -> (new, rule).
 _IDENTS: dict[str, tuple[str, str]] = {
-    **{
-        k: (k.replace("CUDA", "MUSA"), "torch-api")
-        for k in (
-            "getCurrentCUDAStream", "getDefaultCUDAStream", "setCurrentCUDAStream", "CUDAStream", "CUDAGuard",
-            "OptionalCUDAGuard", "CUDAStreamGuard", "OptionalCUDAStreamGuard", "CUDAEvent", "CUDACachingAllocator",
-            "getCurrentCUDABlasHandle", "C10_CUDA_KERNEL_LAUNCH_CHECK", "C10_CUDA_CHECK", "AT_CUDA_CHECK",
-            "TORCH_CUDABLAS_CHECK",
-        )
-    },
+    **{k: (k.replace("CUDA", "MUSA"), "torch-api") for k in _TORCH_CUDA_WORDS.split()},
     "kCUDA": ("kPrivateUse1", "torch-device"),
     "is_cuda": ("is_privateuseone", "torch-device"),
     "__nv_bfloat16": ("__mt_bfloat16", "dtype"),
@@ -87,36 +123,34 @@ _IDENTS: dict[str, tuple[str, str]] = {
     "__nv_fp8_e4m3": ("__mt_fp8_e4m3", "dtype"),
     "__nv_fp8_e5m2": ("__mt_fp8_e5m2", "dtype"),
 }
+_LIBS = {lib: "math-lib" for lib in ("cublas", "curand", "cufft", "cusparse", "cusolver")} | {"cudnn": "dnn"}
 # (prefix pattern, replacement, rule): the matched prefix is replaced, the rest of the identifier kept.
 _PREFIXES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"cuda(?=[A-Z])"), "musa", "runtime-api"),
     (re.compile(r"CUDART_"), "MUSART_", "runtime-api"),
     (re.compile(r"CUDA_(?=[RC]_\d)"), "MUSA_", "runtime-api"),
-    *(
-        (re.compile(rf"{cu}(?=[A-Z_]|\Z)"), f"mu{cu[2:]}", rule)
-        for cu, rule in (("cublas", "math-lib"), ("curand", "math-lib"), ("cufft", "math-lib"),
-                         ("cusparse", "math-lib"), ("cusolver", "math-lib"), ("cudnn", "dnn"))
-    ),
-    *(
-        (re.compile(rf"{cu}(?=_|LT_)"), f"MU{cu[2:]}", rule)
-        for cu, rule in (("CUBLAS", "math-lib"), ("CURAND", "math-lib"), ("CUFFT", "math-lib"),
-                         ("CUSPARSE", "math-lib"), ("CUSOLVER", "math-lib"), ("CUDNN", "dnn"))
-    ),
+    *((re.compile(rf"{lib}(?=[A-Z_]|\Z)"), f"mu{lib[2:]}", rule) for lib, rule in _LIBS.items()),
+    *((re.compile(rf"{lib.upper()}(?=_|LT_)"), f"MU{lib[2:].upper()}", rule) for lib, rule in _LIBS.items()),
+)
+_DRIVER_API = re.compile(
+    r"(cu(Init|Ctx|Module|Launch|Mem|Stream|Event|Device|Func|Graph|Tex|Surf|Link|Pointer|Occupancy|Array|GetErrorString)"
+    r"\w*|CU(result|device|deviceptr|context|module|function|stream|event|graph)\w*)\Z"
 )
 # Left unchanged, with a warning.
 _IDENT_WARN: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(asm|__asm__|__asm)\Z"), "inline assembly (PTX) has no MUSA equivalent; rewrite in CUDA C++"),
     (re.compile(r"(wmma|nvcuda)\Z"), "WMMA/tensor-core API: no verified MUSA mapping"),
     (re.compile(r"__CUDA_ARCH__\Z"), "architecture guards: no verified MUSA macro; check the guarded code"),
-    (re.compile(r"(cu[A-Z]\w*|CU[a-z]\w*)\Z"), "CUDA driver API: no verified MUSA mapping"),
+    (re.compile(r"cuda[A-Z]\w*\Z"), "not in musaenv's list of CUDA runtime names; left unchanged"),
+    (_DRIVER_API, "CUDA driver API: no verified MUSA mapping"),
     (re.compile(r"__nv_\w+\Z"), "NVIDIA-specific type or intrinsic: no verified MUSA mapping"),
 )
 _DNN_WARNING = "cuDNN renamed to muDNN by name as torch_musa's porting tables do; muDNN's API differs, verify"
 # Defined in c10::musa by torch_musa (csrc/core/MUSAStream.h, MUSAGuard.h); other at::cuda:: names -> at::musa::.
-_C10_MUSA_SYMBOLS = frozenset(
-    {"getCurrentMUSAStream", "getDefaultMUSAStream", "setCurrentMUSAStream", "getStreamFromPool", "MUSAStream",
-     "MUSAGuard", "OptionalMUSAGuard", "MUSAStreamGuard", "OptionalMUSAStreamGuard", "MUSACachingAllocator"}
-)
+_C10_MUSA_WORDS = """
+    getCurrentMUSAStream getDefaultMUSAStream setCurrentMUSAStream getStreamFromPool MUSAStream MUSAGuard
+    OptionalMUSAGuard MUSAStreamGuard OptionalMUSAStreamGuard MUSACachingAllocator
+"""
+_C10_MUSA_SYMBOLS = frozenset(_C10_MUSA_WORDS.split())
 
 _PY_ATTRS = {"cuda": "musa", "is_cuda": "is_musa"}  # after a "."
 _PY_LOADER_NAMES = {
@@ -182,8 +216,11 @@ class PortResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form without the text."""
-        return {"kind": self.kind, "rewrites": [vars(r) for r in self.rewrites],
-                "warnings": [vars(w) for w in self.warnings]}
+        return {
+            "kind": self.kind,
+            "rewrites": [vars(r) for r in self.rewrites],
+            "warnings": [vars(w) for w in self.warnings],
+        }
 
 
 class _Ctx:
@@ -216,6 +253,8 @@ def _escape_view(text: str) -> str:
 def _map_identifier(name: str) -> tuple[str, str] | None:
     if name in _IDENTS:
         return _IDENTS[name]
+    if name in _CUDA_RUNTIME_NAMES:
+        return "musa" + name[4:], "runtime-api"
     for pattern, repl, rule in _PREFIXES:
         m = pattern.match(name)
         if m:
@@ -305,7 +344,8 @@ def _string_edit(tok: tokenize.TokenInfo, prev: tokenize.TokenInfo | None, text:
         return None
     if is_first and _DEVICE.match(body) and "\n" not in body:
         ctx.device_used = True
-        return body_start, body_start + 4, ctx.rewrite("device-string", '"cuda"', '"musa"')
+        ctx.rewrite("device-string", '"cuda"', '"musa"')
+        return body_start, body_start + 4, "musa"
     if "\n" not in body:
         for flag in _NVCC_FLAG.findall(body):
             ctx.warn(body_start, flag, _NVCC_FLAG_WARNING)
@@ -453,8 +493,9 @@ def port_file(path: str | Path, out_path: str | Path | None = None, *, kind: str
     result = port_source(src.read_text(encoding="utf-8"), kind=kind)
     if out_path is not None:
         Path(out_path).write_text(result.text, encoding="utf-8")
-        logger.info("ported %s -> %s: %d rewrites, %d warnings", src, out_path, len(result.rewrites),
-                    len(result.warnings))
+        logger.info(
+            "ported %s -> %s: %d rewrites, %d warnings", src, out_path, len(result.rewrites), len(result.warnings)
+        )
     return result
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,9 +98,31 @@ def _handle(msg: dict[str, Any], arrays: list[np.ndarray], run: CandidateRun) ->
 
 
 def drive_candidate(
-    worker: WorkerProcess, request: dict[str, Any], cfg: EvalConfig, backend: str, compile_only: bool
+    worker: WorkerProcess,
+    request: dict[str, Any],
+    cfg: EvalConfig,
+    backend: str,
+    compile_only: bool,
+    device_slot: AbstractContextManager[Any] | None = None,
 ) -> CandidateRun:
-    """Send ``request`` to a ready candidate worker and follow it to the end (or kill it)."""
+    """Send ``request`` to a ready candidate worker and follow it to the end (or kill it).
+
+    ``device_slot`` is held from the start of the correctness trials to the end of the run, so evaluations
+    that share a device never run (or time) at the same time, while their builds still overlap.
+    """
+    with ExitStack() as stack:
+        return _drive(worker, request, cfg, backend, compile_only, device_slot or nullcontext(), stack)
+
+
+def _drive(
+    worker: WorkerProcess,
+    request: dict[str, Any],
+    cfg: EvalConfig,
+    backend: str,
+    compile_only: bool,
+    device_slot: AbstractContextManager[Any],
+    stack: ExitStack,
+) -> CandidateRun:
     run = CandidateRun()
     timeouts = _stage_timeouts(cfg)
     phase = "start"
@@ -122,6 +145,9 @@ def drive_candidate(
                 phase = str(msg.get("name"))
                 if phase not in timeouts:
                     raise ProtocolError(f"unknown stage {phase!r}")
+                if phase == "trials":
+                    stack.enter_context(device_slot)
+                    worker.chan.send({"type": "go"})
                 deadline = time.monotonic() + timeouts[phase]
                 if isinstance(msg.get("sandbox"), dict):
                     run.sandbox = msg["sandbox"]

@@ -45,17 +45,21 @@ class LocalEvaluator:
         threads = self.config.timing.cpu_threads
         self._reference = ReferenceService(self.backend.device, threads, self.config.timing, _env.cache_dir())
         self._spare: WorkerProcess | None = None
+        # Triton without a GPU runs kernels in its interpreter, which must be chosen before triton is imported.
+        interpret = self.backend.name == "triton" and self.backend.device == "cpu"
+        self._worker_env = {"TRITON_INTERPRET": "1"} if interpret else {}
         self._closed = False
         sweep_stale_builds()
 
     def _take_worker(self) -> WorkerProcess:
-        worker = self._spare or WorkerProcess("candidate", self.config.timing.cpu_threads)
+        worker = self._spare or WorkerProcess("candidate", self.config.timing.cpu_threads, self._worker_env)
         self._spare = None
         if not worker.wait_ready(WORKER_START_TIMEOUT_S):
             tail = worker.log_tail()
             worker.close()
             raise RuntimeError(f"candidate worker did not start: {tail}")
-        self._spare = WorkerProcess("candidate", self.config.timing.cpu_threads)  # warm up the next one
+        # Start the next worker now: its torch import overlaps this evaluation.
+        self._spare = WorkerProcess("candidate", self.config.timing.cpu_threads, self._worker_env)
         return worker
 
     def _timing_request(self, plan: EvalPlan) -> dict[str, Any] | None:
@@ -86,6 +90,7 @@ class LocalEvaluator:
             "trials": plan.trials_json(),
             "timing": self._timing_request(plan),
             "cpu_threads": t.cpu_threads,
+            "allow_processes": self.backend.name == "triton" and self.backend.device != "cpu",
             "workdir": str(worker.workdir),
             "sandbox": self.config.sandbox.to_dict(),
         }

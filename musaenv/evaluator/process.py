@@ -25,13 +25,15 @@ class WorkerProcess:
     Args:
         role: ``candidate`` or ``reference``.
         cpu_threads: Thread count for OpenMP/MKL/torch inside the worker.
+        extra_env: Extra environment variables (e.g. ``TRITON_INTERPRET=1`` for Triton without a GPU).
     """
 
-    def __init__(self, role: str, cpu_threads: int = 1) -> None:
+    def __init__(self, role: str, cpu_threads: int = 1, extra_env: dict[str, str] | None = None) -> None:
         self.role = role
         self.workdir = Path(tempfile.mkdtemp(prefix=f"musaenv-{role}-"))
         self.chan, (cr, cw) = Channel.pair()
         env = _env.child_env(cpu_threads)
+        env.update(extra_env or {})
         self._log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 - closed in close()
         try:
             self.proc = subprocess.Popen(

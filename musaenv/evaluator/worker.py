@@ -158,7 +158,10 @@ def _enter_sandbox(req: dict[str, Any]) -> dict[str, Any]:
         from musaenv.evaluator.sandbox import enter_sandbox
     except ImportError as e:  # sandbox module unavailable: say so, never pretend
         return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
-    report = enter_sandbox(SandboxConfig.from_dict(req["sandbox"]), Path(req["workdir"]))
+    # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
+    allow_processes = bool(req.get("allow_processes", False))
+    report = enter_sandbox(SandboxConfig.from_dict(req["sandbox"]), Path(req["workdir"]),
+                           block_processes=not allow_processes, block_exec=not allow_processes)
     return dict(report.to_dict())
 
 
@@ -178,6 +181,12 @@ def _load_candidate(req: dict[str, Any], state: Any) -> Any:
     return cls
 
 
+def _wait_for_go(chan: Channel) -> None:
+    msg, _ = chan.recv()
+    if msg.get("type") != "go":
+        raise CandidateFailure("infra_error", f"expected the parent's go-ahead, got {msg.get('type')!r}")
+
+
 def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     """Evaluate one candidate and report outputs and timings to the parent."""
     device = _configure(req)
@@ -192,6 +201,7 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
             chan.send({"type": "result", "builds": state.builds, "compile_only": True})
             return
         chan.send({"type": "stage", "name": "trials"})
+        _wait_for_go(chan)  # the parent grants the device: runs never overlap, builds do
         threads_before = _thread_count()
         try:
             models = _run_trials(chan, req, program, model_cls, device, guarded=True)

@@ -47,6 +47,8 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "preprocessor_unavailable": "the C preprocessor could not expand the source",
     "macro_redefined": "a macro with several definitions",
     "unusual_build_flag": "an unexpected linker library",
+    "backend_mismatch": "the kernels do not match the requested backend",
+    "too_complex": "the candidate is nested too deeply to analyse",
 }
 
 

@@ -250,11 +250,15 @@ def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
     """Identifier-level checks on code without comments and strings."""
     aliases = {m.group(1): re.sub(r"\s|^::", "", m.group(2)) for m in _NS_ALIAS_RE.finditer(code)}
     for m in _QUAL_RE.finditer(code):
-        name = re.sub(r"\s+|template\s+", "", m.group(1))
-        verdict = _qualified(name, aliases)
-        if verdict is not None:
-            flag, what = verdict
-            yield CppHit(flag, name, line_of(m.start(1)), f"{name} is {what}")
+        parts = re.sub(r"\s+|template\s+", "", m.group(1)).split("::")
+        # Every suffix too: ``return ::at::mm`` and ``MACRO at::mm`` match with the word before as first part.
+        for i in range(len(parts) - 1):
+            name = "::".join(parts[i:])
+            verdict = _qualified(name, aliases)
+            if verdict is not None:
+                flag, what = verdict
+                yield CppHit(flag, name, line_of(m.start(1)), f"{name} is {what}")
+                break
     for m in _METHOD_RE.finditer(code):
         method = m.group(1)
         if al.is_compute_name(method):

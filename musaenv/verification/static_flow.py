@@ -110,7 +110,7 @@ class FunctionAnalyzer:
 
     def consume(self, v: Val, node: ast.AST) -> None:
         """A value used as data: a torch callable passed around is compute at the place it is passed."""
-        if v.kind in ("torch", "nnmod", "numpy"):
+        if v.kind in ("torch", "nnmod"):
             self.compute(node, f"{v.ref} passed as a value")
         elif v.kind == "fn":
             self.emit("call", node, v.ref, callee=v.ref)

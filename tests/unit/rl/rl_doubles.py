@@ -6,7 +6,7 @@ Imported by module name: pytest puts this folder on ``sys.path`` (rootdir-relati
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 
@@ -23,7 +23,7 @@ class CharCountEnv(gym.Env):
     (first turn only, as PrimeEcho trains). ``eval["stage"]`` is ``"correct"`` for a perfect response.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium convention
 
     def __init__(self, target: str = "a", length: int = 8, max_turns: int = 1) -> None:
         self.target, self.length, self.max_turns = target, length, max_turns

@@ -14,14 +14,14 @@ from rl_doubles import CharCountEnv
 
 from musaenv.errors import ConfigError
 from musaenv.rl.grpo import GRPOConfig, GRPOTrainer
-from musaenv.rl.protocol import Episode, EpisodeBatch, EpisodeGroup, Generation, Optimizer, Policy, Turn
+from musaenv.rl.protocol import Episode, EpisodeBatch, EpisodeGroup, Generation, Optimizer, Policy, Prompt, Turn
 from musaenv.rl.rollout import collect_groups
 from musaenv.rl.tiny_lm import build_tiny_lm, build_tiny_tokenizer
 
 
 def _trainer(vocab: str | None = "abcd", seed: int = 0, **cfg: object) -> GRPOTrainer:
     model, tok = build_tiny_lm(vocab, seed=seed)
-    base = {"learning_rate": 1e-2, "max_new_tokens": 6, "micro_batch_size": 3}
+    base: dict[str, object] = {"learning_rate": 1e-2, "max_new_tokens": 6, "micro_batch_size": 3}
     base.update(cfg)
     return GRPOTrainer(model, tok, GRPOConfig(**base))  # type: ignore[arg-type]
 
@@ -34,7 +34,9 @@ def _unchanged(before: list[torch.Tensor], t: GRPOTrainer) -> bool:
     return all(torch.equal(a, b) for a, b in zip(before, t.model.parameters()))
 
 
-def _batch(prompt: str, gens: Sequence[Generation], advantages: Sequence[float], weights=(1.0,)) -> EpisodeBatch:  # type: ignore[no-untyped-def]
+def _batch(
+    prompt: str, gens: Sequence[Generation], advantages: Sequence[float], weights: Sequence[float] = (1.0,)
+) -> EpisodeBatch:
     episodes = []
     for g in gens:
         turns = tuple(
@@ -61,9 +63,10 @@ def test_trainer_is_a_policy_and_an_optimizer() -> None:
 
 def test_generate_returns_tokens_with_their_sampling_logprobs() -> None:
     t = _trainer(max_new_tokens=5)
-    out = t.generate(["ab", [{"role": "user", "content": "abc"}]], num_samples=3)
+    prompts: list[Prompt] = ["ab", [{"role": "user", "content": "abc"}]]
+    out = t.generate(prompts, num_samples=3)
     assert [len(row) for row in out] == [3, 3]
-    for prompt, row in zip(["ab", [{"role": "user", "content": "abc"}]], out):
+    for prompt, row in zip(prompts, out):
         for g in row:
             assert g.token_ids is not None and g.logprobs is not None
             assert 1 <= len(g.token_ids) <= 5 and len(g.logprobs) == len(g.token_ids)

@@ -79,7 +79,8 @@ def test_repair_requests_replace_the_first_prompt_only() -> None:
     assert group.source == "repair"
     assert policy.calls[0][0] == ["REPAIR: fix this"]
     assert group.episodes[0].turns[0].prompt == "REPAIR: fix this"
-    assert group.episodes[0].turns[1].prompt.startswith("task x: write a")
+    later = group.episodes[0].turns[1].prompt
+    assert isinstance(later, str) and later.startswith("task x: write a")
 
 
 def test_env_factory_is_called_once_and_the_env_reused() -> None:
@@ -95,7 +96,7 @@ def test_env_factory_is_called_once_and_the_env_reused() -> None:
 
 def test_env_without_turn_rewards_falls_back_to_step_rewards() -> None:
     class Plain(CharCountEnv):
-        def step(self, action: str):  # type: ignore[no-untyped-def]
+        def step(self, action: str):
             obs, _, term, trunc, info = super().step(action)
             info.pop("turn_rewards", None)
             info.pop("loss_weights", None)
@@ -137,7 +138,7 @@ def test_protocols_are_structural() -> None:
 
 def test_policy_returning_the_wrong_shape_is_reported() -> None:
     class Short(ScriptedPolicy):
-        def generate(self, prompts, *, num_samples=1, **kw):  # type: ignore[no-untyped-def]
+        def generate(self, prompts, *, num_samples=1, **kw):
             return super().generate(prompts, num_samples=1)
 
     with pytest.raises(ValueError, match=r"expected policy\.generate to return"):

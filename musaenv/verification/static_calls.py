@@ -1,0 +1,161 @@
+"""How the flow analysis interprets one call expression (see :mod:`musaenv.verification.static_flow`)."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from musaenv.verification import allowlists as al
+from musaenv.verification.static_model import META, TENSOR, UNKNOWN, Program, Val
+from musaenv.verification.static_names import is_load_inline_name
+from musaenv.verification.static_safety import qualname_flag
+
+if TYPE_CHECKING:
+    from musaenv.verification.static_flow import FunctionAnalyzer
+
+__all__ = ["evaluate_call"]
+
+_TENSOR_BUILTINS = frozenset({"abs", "pow", "round", "sum", "max", "min", "divmod", "sorted", "any", "all"})
+_META_BUILTINS = frozenset({"len", "int", "float", "bool", "isinstance", "range", "str", "issubclass", "callable",
+                            "print", "repr", "format", "type"})  # fmt: skip
+_TENSOR_CLASS = ("torch.Tensor.", "torch._C.TensorBase.", "torch._C._TensorBase.")
+
+
+def _const_attr(node: ast.Call) -> str | None:
+    if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+        return node.args[1].value
+    return None
+
+
+def evaluate_call(fa: FunctionAnalyzer, node: ast.Call) -> Val:
+    """Kind of the call's result, emitting compute/kernel/call/cache events on ``fa``."""
+    q = fa.prog.sym.resolve(node.func)
+    if q == "builtins.getattr" and (name := _const_attr(node)) is not None:
+        for extra in node.args[2:]:
+            fa.value(extra)
+        return fa.value(ast.copy_location(ast.Attribute(value=node.args[0], attr=name, ctx=ast.Load()), node))
+    if q in ("builtins.id", "builtins.hash"):
+        fa.emit("cache", node, f"{q.split('.')[1]}() in forward-reachable code keys data on object identity")
+    if q == "builtins.super":
+        return Val("super", fa.unit.cls or "")
+    if isinstance(node.func, ast.Subscript):
+        base = fa.value(node.func.value)
+        fa.value(node.func.slice)
+        if base.kind == "kernel":
+            _args(fa, node)
+            fa.emit("kernel", node, f"{base.ref}[grid]")
+            return META
+        func = base if base.kind in ("torch", "nnmod", "fn") else UNKNOWN
+    else:
+        func = fa.value(node.func)
+    args, kws = _args(fa, node)
+    return _apply(fa, func, args, kws, node)
+
+
+def _args(fa: FunctionAnalyzer, node: ast.Call) -> tuple[list[Val], dict[str, Val]]:
+    args = [fa.value(a) for a in node.args]
+    kws = {k.arg or "**": fa.value(k.value) for k in node.keywords}
+    for v, a in zip(args + list(kws.values()), node.args + [k.value for k in node.keywords]):
+        fa.consume(v, a)
+    return args, kws
+
+
+def map_args(prog: Program, key: str, args: list[Val], kws: dict[str, Val], skip: int) -> dict[str, str]:
+    """Argument kinds by parameter name of the callee ``key``."""
+    unit = prog.units.get(key)
+    if unit is None:
+        return {}
+    params = unit.params()[skip:]
+    out = {p.arg: a.kind for p, a in zip(params, args)}
+    out.update({k: v.kind for k, v in kws.items() if k != "**"})
+    va = unit.node.args.vararg
+    if va is not None and len(args) > len(params):
+        extra = [a.kind for a in args[len(params) :]]
+        out[va.arg] = "tensor" if "tensor" in extra else "unknown"
+    return out
+
+
+def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], node: ast.Call) -> Val:
+    k = f.kind
+    if k == "kernel":
+        fa.emit("kernel", node, f.ref)
+        return TENSOR
+    if k == "fn":
+        key = f.ref.removesuffix("#apply")
+        mapping = map_args(fa.prog, key, args, kws, skip=1 if f.ref.endswith("#apply") else 0)
+        fa.emit("call", node, key, callee=key, args=mapping)
+        return Val(fa.prog.returns.get(key, "unknown"))
+    if k in ("cls", "obj"):
+        return _instance(fa, f, args, kws, node)
+    if k in ("torch", "torchok"):
+        return _torch_call(fa, f.ref, node)
+    if k == "numpy":
+        return fa.compute(node, f"{f.ref}() (numpy compute)")
+    if k == "lib":
+        if f.ref == "functools.partial" and args:
+            return args[0]
+        return META if f.ref.split(".")[0] in ("math", "triton") else UNKNOWN
+    if k == "builtin":
+        return _builtin(fa, f.ref, args, node)
+    if k in ("tmethod", "umethod"):
+        return _method(fa, f, node)
+    if k == "nnmod":
+        return fa.compute(node, f"call of the nn module {f.ref}")
+    if k == "nnattr" and f.ref.rsplit(".", 1)[-1] not in al.NN_MODULE_READ_METHODS:
+        return fa.compute(node, f"{f.ref}() of an nn module")
+    return UNKNOWN
+
+
+def _instance(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], node: ast.Call) -> Val:
+    """Instantiating a local class runs ``__init__``; calling an instance runs ``forward``/``__call__``."""
+    if f.ref == "Model":
+        return UNKNOWN
+    methods = ("__init__",) if f.kind == "cls" else ("__call__", "forward")
+    key = next((m for name in methods if (m := fa.prog.find_method(f.ref, name))), None)
+    if key is not None:
+        fa.emit("call", node, key, callee=key, args=map_args(fa.prog, key, args, kws, skip=0))
+    return Val("obj", f.ref) if f.kind == "cls" else Val(fa.prog.returns.get(key or "", "unknown"))
+
+
+def _torch_call(fa: FunctionAnalyzer, q: str, node: ast.Call) -> Val:
+    if is_load_inline_name(q):
+        return Val("ext", "load_inline")
+    if q.startswith(_TENSOR_CLASS):
+        method = q.rsplit(".", 1)[1]
+        if method in al.TENSOR_PLUMBING_METHODS:
+            return TENSOR
+        if method in al.TENSOR_META_METHODS:
+            return META
+        return fa.compute(node, f"{q}()")
+    if q in al.TORCH_PLUMBING_FUNCS:
+        return TENSOR
+    if q in al.TORCH_META_FUNCS or al.is_torch_value_ok(q):
+        return META
+    if qualname_flag(q) is not None:
+        return UNKNOWN  # already reported by the safety scan under its own flag
+    return fa.compute(node, f"{q}()")
+
+
+def _builtin(fa: FunctionAnalyzer, name: str, args: list[Val], node: ast.Call) -> Val:
+    if name in _TENSOR_BUILTINS and any(a.kind == "tensor" for a in args):
+        return fa.compute(node, f"builtin {name}() on a tensor")
+    if name in _META_BUILTINS:
+        return META
+    if name in ("list", "tuple") and args:
+        return fa.element(args[0])
+    return UNKNOWN
+
+
+def _method(fa: FunctionAnalyzer, f: Val, node: ast.Call) -> Val:
+    name = f.ref
+    if f.kind == "tmethod":
+        if name in al.TENSOR_PLUMBING_METHODS:
+            return TENSOR
+        if name in al.TENSOR_META_METHODS:
+            return META
+        return fa.compute(node, f"Tensor.{name}()")
+    if name in ("get", "setdefault", "pop", "__contains__", "__getitem__") and node.args:
+        fa.check_key(node.args[0])
+    if al.is_compute_name(name):
+        return fa.compute(node, f".{name}() (tensor compute)")
+    return META if name in al.TENSOR_META_METHODS else UNKNOWN
