@@ -42,11 +42,11 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from candidate_pool import PROGRAMS, CachedEvaluator, collect_outcomes, program_response  # noqa: E402
+from candidate_pool import PROGRAMS, CachedEvaluator, collect_outcomes, program_response
 
-from musaenv.env import KernelGenEnv  # noqa: E402
-from musaenv.rewards import candidate_score, make_shaper, trloo_advantages  # noqa: E402
-from musaenv.types import Stage  # noqa: E402
+from musaenv.env import KernelGenEnv
+from musaenv.rewards import candidate_score, make_shaper, trloo_advantages
+from musaenv.types import Stage
 
 log = logging.getLogger("ablation_primeecho")
 

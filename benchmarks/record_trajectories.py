@@ -27,11 +27,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from candidate_pool import program_response  # noqa: E402
+from candidate_pool import POOL_EVAL_CONFIG, program_response
 
-from musaenv.env import KernelGenEnv  # noqa: E402
-from musaenv.evaluator.local import LocalEvaluator  # noqa: E402
-from musaenv.recording import RecordEpisodes  # noqa: E402
+from musaenv.env import KernelGenEnv
+from musaenv.evaluator.local import LocalEvaluator
+from musaenv.recording import RecordEpisodes
 
 log = logging.getLogger("record_trajectories")
 
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("early_and_repair.jsonl", "all_failed.jsonl", "flaky_reference_infra.jsonl"):
         (out / name).unlink(missing_ok=True)
-    with LocalEvaluator("cpu") as ev:
+    with LocalEvaluator("cpu", POOL_EVAL_CONFIG) as ev:
         env = RecordEpisodes(KernelGenEnv(backend="cpu", max_turns=3, evaluator=ev), out / "early_and_repair.jsonl")
         for seed, programs in enumerate(EARLY_AND_REPAIR):
             log.info("early_and_repair %s: %s", programs, play(env, "l1_relu", programs, seed, "l1_relu/a"))

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +27,10 @@ def progress(label: str, enabled: bool = True) -> Iterator[None]:
     from tqdm import tqdm
 
     stop = threading.Event()
-    bar = tqdm(total=None, desc=label, bar_format="{desc}: {elapsed} elapsed", file=sys.stderr, leave=False)
+    # disable=None: no bar when stderr is not a terminal (logs and pipes stay clean).
+    bar = tqdm(
+        total=None, desc=label, bar_format="{desc}: {elapsed} elapsed", file=sys.stderr, leave=False, disable=None
+    )
 
     def tick() -> None:
         while not stop.wait(0.5):
@@ -97,7 +99,9 @@ def _demo_responses(task_id: str) -> list[str]:
     from musaenv.tasks.builtin import solution_source
 
     good = solution_source(task_id, "cpu")
-    broken = good.replace(";", "", 1)  # drop one semicolon: a C++ compile error the feedback will show
+    # A C++ syntax error at the top of the first source string: the feedback will carry g++'s message.
+    start = good.index('r"""') + len('r"""')
+    broken = good[:start] + "\nint demo_syntax_error = ;\n" + good[start:]
     return [f"First try:\n```python\n{broken}\n```", f"Fixed the syntax error:\n```python\n{good}\n```"]
 
 
@@ -116,8 +120,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             ev = info["eval"]
             speed = f", speedup {ev['speedup']:.2f}x" if ev.get("speedup") else ""
             first_line = (ev.get("compiler_log") or ev.get("runtime_log") or "").strip().splitlines()[:1]
-            print(f"turn {k}: verdict {ev['stage']}, score {info['score']}, reward {reward:.3f}{speed}"
-                  f" (compile {ev.get('compile_time_s') or 0:.1f} s, eval {ev.get('eval_time_s') or 0:.1f} s)")
+            print(
+                f"turn {k}: verdict {ev['stage']}, score {info['score']}, reward {reward:.3f}{speed}"
+                f" (compile {ev.get('compile_time_s') or 0:.1f} s, eval {ev.get('eval_time_s') or 0:.1f} s)"
+            )
             if first_line:
                 print(f"         feedback starts: {first_line[0][:150]}")
             if terminated or truncated:
@@ -158,8 +164,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _optional_subcommands() -> list[Callable[[Any], None]]:
     found = []
-    for module, fn in (("musaenv.backends.musa_port", "add_port_subparser"),
-                       ("musaenv.rewards.ablate", "add_ablate_subparser")):
+    for module, fn in (
+        ("musaenv.backends.musa_port", "add_port_subparser"),
+        ("musaenv.rewards.ablate", "add_ablate_subparser"),
+    ):
         try:
             mod = __import__(module, fromlist=[fn])
         except ImportError:

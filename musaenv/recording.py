@@ -270,7 +270,7 @@ class RecordEpisodes(gym.Wrapper[str, str, str, str]):
         if terminated or truncated:
             self._write(self._record(info, terminated, truncated))
             self._turns = []
-        return obs, reward, terminated, truncated, info
+        return obs, float(reward), terminated, truncated, info
 
     def _record(self, info: dict[str, Any], terminated: bool, truncated: bool) -> EpisodeRecord:
         base = self.env.unwrapped
@@ -290,7 +290,7 @@ class RecordEpisodes(gym.Wrapper[str, str, str, str]):
             )
             for k, t in enumerate(self._turns)
         )
-        meta = {k: self._info0[k] for k in ("backend", "tier") if k in self._info0}
+        meta: dict[str, Any] = {k: self._info0[k] for k in ("backend", "tier") if k in self._info0}
         return EpisodeRecord(
             task_id=self._task_id,
             seed=self._seed,

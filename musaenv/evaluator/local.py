@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -189,7 +190,5 @@ class LocalEvaluator:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown: best effort
             self.close()
-        except Exception:  # interpreter shutdown: best effort
-            pass

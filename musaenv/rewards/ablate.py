@@ -16,7 +16,6 @@ sizes come from the data. Pure Python, no torch; the plots need matplotlib (impo
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import logging
 import math
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from musaenv.errors import ConfigError, MusaEnvError
+from musaenv.rewards.ablate_report import fmt, plot_ablation, write_episodes, write_tables
 from musaenv.rewards.base import RewardShaper, make_shaper, shaper_kwargs
 from musaenv.rewards.group import grpo_advantages, zero_advantage
 from musaenv.rewards.score import candidate_score
@@ -82,7 +82,7 @@ class AblationSummary:
             signs under shapers a and b.
         sign_mismatch: ``"a|b"`` -> share whose advantage signs differ at all (zero counts as a sign).
         examples: ``"a|b"`` -> up to 3 episodes where a and b disagree (task, episode, scores, advantages).
-        outputs: Files written (``summary.md``, ``summary.csv``, ``disagreement.csv``, PNGs).
+        outputs: Files written (``summary.md``, ``summary.csv``, ``disagreement.csv``, ``episodes.csv``, PNGs).
     """
 
     files: list[str]
@@ -253,7 +253,11 @@ def run_ablation(
     *,
     plots: bool = True,
 ) -> AblationSummary:
-    """Re-score recorded episodes under each shaper and write ``summary.md``, ``summary.csv``, plots.
+    """Re-score recorded episodes under each shaper and write the tables and plots into ``out_dir``.
+
+    Files: ``summary.md`` (Markdown tables), ``summary.csv`` (one row per shaper), ``disagreement.csv`` (one row
+    per pair of shapers), ``episodes.csv`` (per episode: verdicts, return and GRPO advantage under each shaper),
+    and ``returns.png``, ``credit.png``, ``disagreement.png``.
 
     Args:
         trajectory_files: JSONL files written by :class:`~musaenv.recording.RecordEpisodes`.
@@ -290,96 +294,13 @@ def run_ablation(
     )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = _write_tables(summary, out)
+    advantages = {lab: _signs(returns[lab], groups)[1] for lab in labels}
+    rows = [(ep.record, ep.scores) for ep in episodes]
+    written = [*write_tables(summary, out), write_episodes(rows, returns, advantages, out / "episodes.csv")]
     if plots:
-        from musaenv.rewards.ablate_plots import plot_ablation
-
         written += plot_ablation(summary, returns, rewards, out)
     summary.outputs.extend(str(p) for p in written)
     return summary
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _stat_rows(summary: AblationSummary) -> list[list[str]]:
-    return [
-        [
-            s.shaper,
-            str(s.episodes),
-            _fmt(s.return_mean),
-            _fmt(s.return_std),
-            _fmt(s.return_min),
-            _fmt(s.return_max),
-            _fmt(s.zero_advantage_share),
-            _fmt(s.first_turn_credit_share),
-            _fmt(s.multi_turn_first_share),
-            _fmt(s.later_turns_trained_share),
-        ]
-        for s in summary.shapers
-    ]
-
-
-STAT_HEADER = [
-    "shaper",
-    "episodes",
-    "mean R",
-    "std R",
-    "min R",
-    "max R",
-    "zero-adv groups",
-    "turn-1 credit",
-    "turn-1 credit (multi-turn)",
-    "later turns trained",
-]
-
-
-def _write_tables(summary: AblationSummary, out: Path) -> list[Path]:
-    labels = [s.shaper for s in summary.shapers]
-    md = [
-        "# Reward ablation",
-        "",
-        f"{summary.episodes} episodes from {len(summary.files)} file(s); {summary.groups} groups of >= 2 episodes "
-        f"(sizes {summary.group_sizes}).",
-        "",
-        "| " + " | ".join(STAT_HEADER) + " |",
-        "|" + "---|" * len(STAT_HEADER),
-        *("| " + " | ".join(row) + " |" for row in _stat_rows(summary)),
-        "",
-        "Share of episodes whose GRPO advantage has opposite signs under the two shapers:",
-        "",
-        "| | " + " | ".join(labels) + " |",
-        "|" + "---|" * (len(labels) + 1),
-    ]
-    for a in labels:
-        cells = [_fmt(_pair(summary.disagreement, a, b), 2) if a != b else "" for b in labels]
-        md.append(f"| {a} | " + " | ".join(cells) + " |")
-    for key, items in summary.examples.items():
-        if items:
-            md += ["", f"Where `{key.replace('|', '` and `')}` disagree (first {len(items)}):", ""]
-            md += [
-                f"* {ex['task_id']} episode {ex['episode']}: stages {ex['stages']}, scores {ex['scores']}, "
-                + ", ".join(f"{k} {v}" for k, v in ex.items() if k.startswith("adv_"))
-                for ex in items
-            ]
-    md_path, csv_path, dis_path = out / "summary.md", out / "summary.csv", out / "disagreement.csv"
-    md_path.write_text("\n".join(md) + "\n")
-    with open(csv_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow([k for k in asdict(summary.shapers[0])])
-        for s in summary.shapers:
-            w.writerow(["" if v is None else v for v in asdict(s).values()])
-    with open(dis_path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["shaper_a", "shaper_b", "opposite_sign_share", "sign_mismatch_share"])
-        for key, value in summary.disagreement.items():
-            w.writerow([*key.split("|"), value, summary.sign_mismatch[key]])
-    return [md_path, csv_path, dis_path]
-
-
-def _pair(table: dict[str, float], a: str, b: str) -> float | None:
-    return table.get(f"{a}|{b}", table.get(f"{b}|{a}"))
 
 
 DEFAULT_SHAPERS = "primeecho,best,last,per_turn,delta,kevin,tcpo"
@@ -409,10 +330,10 @@ def ablate_command(args: argparse.Namespace) -> int:
     rows = [
         [
             s.shaper,
-            _fmt(s.return_mean),
-            _fmt(s.return_std),
-            _fmt(s.zero_advantage_share),
-            _fmt(s.first_turn_credit_share),
+            fmt(s.return_mean),
+            fmt(s.return_std),
+            fmt(s.zero_advantage_share),
+            fmt(s.first_turn_credit_share),
         ]
         for s in summary.shapers
     ]

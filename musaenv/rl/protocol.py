@@ -53,6 +53,17 @@ def _prompt_copy(prompt: Prompt) -> Prompt:
     return prompt if isinstance(prompt, str) else [dict(m) for m in prompt]
 
 
+def _set_tokens(rec: Any, what: str) -> None:
+    """Normalise a frozen record's ``token_ids`` / ``logprobs`` to tuples and check they pair up."""
+    object.__setattr__(rec, "token_ids", _opt_tuple(rec.token_ids, int))
+    object.__setattr__(rec, "logprobs", _opt_tuple(rec.logprobs, float))
+    if rec.token_ids is not None and rec.logprobs is not None and len(rec.token_ids) != len(rec.logprobs):
+        raise ValueError(
+            f"{what}: expected as many logprobs as token ids, found {len(rec.logprobs)} logprobs for "
+            f"{len(rec.token_ids)} tokens. Pass one log-probability per sampled token."
+        )
+
+
 @dataclass(frozen=True)
 class Generation:
     """One sampled response.
@@ -72,13 +83,7 @@ class Generation:
     finish_reason: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "token_ids", _opt_tuple(self.token_ids, int))
-        object.__setattr__(self, "logprobs", _opt_tuple(self.logprobs, float))
-        if self.token_ids is not None and self.logprobs is not None and len(self.token_ids) != len(self.logprobs):
-            raise ValueError(
-                f"Generation: expected as many logprobs as token ids, found {len(self.logprobs)} logprobs for "
-                f"{len(self.token_ids)} tokens. Pass one log-probability per sampled token."
-            )
+        _set_tokens(self, "Generation")
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-safe dict."""
@@ -121,8 +126,7 @@ class Turn:
     logprobs: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "token_ids", _opt_tuple(self.token_ids, int))
-        object.__setattr__(self, "logprobs", _opt_tuple(self.logprobs, float))
+        _set_tokens(self, "Turn")
 
     @property
     def stage(self) -> str | None:

@@ -40,6 +40,7 @@ __all__ = [
     "policy_severity",
 ]
 
+
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 

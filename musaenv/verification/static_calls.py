@@ -17,7 +17,7 @@ __all__ = ["evaluate_call"]
 
 _TENSOR_BUILTINS = frozenset({"abs", "pow", "round", "sum", "max", "min", "divmod", "sorted", "any", "all"})
 _META_BUILTINS = frozenset({"len", "int", "float", "bool", "isinstance", "range", "str", "issubclass", "callable",
-                            "print", "repr", "format", "type"})  # fmt: skip
+                            "print", "repr", "format"})  # fmt: skip
 _TENSOR_CLASS = ("torch.Tensor.", "torch._C.TensorBase.", "torch._C._TensorBase.")
 
 
@@ -82,6 +82,10 @@ def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], n
         return TENSOR
     if k == "fn":
         key = f.ref.removesuffix("#apply")
+        name = key.rsplit(".", 1)[-1].removeprefix("fn:")
+        if name in fa.prog.sym.ext_factories:
+            fa.emit("call", node, key, callee=key)
+            return Val("ext", f"{name}()")
         mapping = map_args(fa.prog, key, args, kws, skip=1 if f.ref.endswith("#apply") else 0)
         fa.emit("call", node, key, callee=key, args=mapping)
         return Val(fa.prog.returns.get(key, "unknown"))
@@ -141,6 +145,8 @@ def _builtin(fa: FunctionAnalyzer, name: str, args: list[Val], node: ast.Call) -
         return fa.compute(node, f"builtin {name}() on a tensor")
     if name in _META_BUILTINS:
         return META
+    if name == "type" and args and args[0].kind == "tensor":
+        return Val("torchok", "torch.Tensor")  # type(x).matmul is torch.Tensor.matmul
     if name in ("list", "tuple") and args:
         return fa.element(args[0])
     return UNKNOWN

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from musaenv.verification import allowlists as al
-from musaenv.verification.findings import ERROR, WARNING, Finding
-from musaenv.verification.static_sources import BuildSpec, SourceText
+from musaenv.verification.findings import ERROR, FLAG_DESCRIPTIONS, WARNING, Finding
+from musaenv.verification.static_sources import BuildSpec
 
 __all__ = ["CppHit", "check_build", "scan_source"]
 
@@ -189,7 +189,7 @@ def _check_include(rest: str, line: int) -> Iterator[CppHit]:
     header = m.group(1).strip()
     for pattern, flag in al.CPP_HEADER_FLAGS:
         if pattern.search(header):
-            yield CppHit(flag, f"<{header}>", line, f"#include <{header}> ({flag.replace('_', ' ')})")
+            yield CppHit(flag, f"<{header}>", line, f"#include <{header}>: {_what(flag)}")
             return
 
 
@@ -198,12 +198,16 @@ def _torch_name(rest: str) -> tuple[str, str] | None:
     norm = rest.replace("musa", "cuda").replace("MUSA", "CUDA")
     for key, flag in al.CPP_TORCH_SPECIAL.items():
         if norm == key or norm.startswith(key + "::"):
-            return flag, flag.replace("_", " ")
+            return flag, _what(flag)
     if norm in al.CPP_TORCH_PLUMBING or norm.startswith(al.CPP_TORCH_PLUMBING_PREFIXES):
         return None
     if "::" not in norm and (norm[:1].isupper() or re.fullmatch(r"k[A-Z]\w*", norm)):
         return None
     return "library_compute", "ATen/torch library compute"
+
+
+def _what(flag: str) -> str:
+    return FLAG_DESCRIPTIONS.get(flag, flag.replace("_", " "))
 
 
 def _qualified(name: str, aliases: dict[str, str]) -> tuple[str, str] | None:
@@ -218,7 +222,7 @@ def _qualified(name: str, aliases: dict[str, str]) -> tuple[str, str] | None:
     if root == "std":
         for key, flag in al.CPP_STD_BANS.items():
             if full == key or full.startswith(key + "::"):
-                return flag, flag.replace("_", " ")
+                return flag, _what(flag)
         return None
     if root in al.CPP_VENDOR_NAMESPACES or (root == "musa" and parts[1:2] == ["dnn"]):
         return "vendor_library", "vendor library"
@@ -227,22 +231,23 @@ def _qualified(name: str, aliases: dict[str, str]) -> tuple[str, str] | None:
     if root in ("cub", "hipcub") and parts[1].startswith("Device"):
         return "vendor_library", "CUB device-wide algorithm (vendor library)"
     if root in ("py", "pybind11") and parts[-1] in al.CPP_PYBIND_DYNAMIC:
-        return "dynamic_code", "a call back into the Python interpreter"
+        return "dynamic_code", "calls back into the Python interpreter"
     return None
 
 
 def _context(code: str, start: int) -> str:
-    """What precedes the token at ``start``: ``member``, ``qualified`` or ``free``."""
+    """What precedes the token at ``start``: ``member`` (``.x``/``->x``), ``qualified`` (``ns::x``) or ``free``.
+
+    ``::x`` and ``word ::x`` (``return ::system(...)``) count as free: that is the global namespace.
+    """
     i = start - 1
     while i >= 0 and code[i] in " \t\n":
         i -= 1
     if i >= 0 and (code[i] == "." or code[i - 1 : i + 1] == "->"):
         return "member"
     if i >= 1 and code[i - 1 : i + 1] == "::":
-        j = i - 2
-        while j >= 0 and code[j] in " \t\n":
-            j -= 1
-        return "qualified" if j >= 0 and (code[j].isalnum() or code[j] in "_>") else "free"
+        before = code[i - 2] if i >= 2 else " "
+        return "qualified" if before.isalnum() or before in "_>" else "free"
     return "free"
 
 
@@ -257,14 +262,14 @@ def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
             verdict = _qualified(name, aliases)
             if verdict is not None:
                 flag, what = verdict
-                yield CppHit(flag, name, line_of(m.start(1)), f"{name} is {what}")
+                yield CppHit(flag, name, line_of(m.start(1)), f"{name}: {what}")
                 break
     for m in _METHOD_RE.finditer(code):
         method = m.group(1)
         if al.is_compute_name(method):
-            yield CppHit("library_compute", f".{method}()", line_of(m.start(1)), f".{method}() is a tensor compute op")
+            yield CppHit("library_compute", f".{method}()", line_of(m.start(1)), f".{method}(): tensor compute op")
         elif method == "attr":
-            yield CppHit("dynamic_code", ".attr()", line_of(m.start(1)), ".attr() calls back into Python objects")
+            yield CppHit("dynamic_code", ".attr()", line_of(m.start(1)), ".attr(): calls back into Python objects")
     using_torch = any(
         re.sub(r"\s|^::", "", u.group(1)).split("::")[0] in al.CPP_TORCH_NAMESPACES for u in _USING_NS_RE.finditer(code)
     )
@@ -272,7 +277,7 @@ def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
     for m in _ID_RE.finditer(code):
         yield from _check_identifier(code, m, line_of, using_torch, defined)
     for m in _ASM_RE.finditer(code):
-        yield CppHit("inline_asm", "asm", line_of(m.start()), "inline asm cannot be checked statically", WARNING)
+        yield CppHit("inline_asm", "asm", line_of(m.start()), "inline asm: not checked statically", WARNING)
 
 
 def _check_identifier(
@@ -281,14 +286,14 @@ def _check_identifier(
     word = m.group(0)
     for pattern, flag in al.CPP_NAME_PATTERNS:
         if pattern.fullmatch(word):
-            yield CppHit(flag, word, line_of(m.start()), f"{word} is {flag.replace('_', ' ')}")
+            yield CppHit(flag, word, line_of(m.start()), f"{word}: {_what(flag)}")
             return
     ctx = _context(code, m.start())
     if ctx != "free":
         return
     if word in al.CPP_NAME_BANS:
         flag = al.CPP_NAME_BANS[word]
-        yield CppHit(flag, word, line_of(m.start()), f"{word} is {flag.replace('_', ' ')}")
+        yield CppHit(flag, word, line_of(m.start()), f"{word}: {_what(flag)}")
     elif using_torch and word not in defined and al.is_compute_name(word) and re.match(r"\s*\(", code[m.end() :]):
         ambiguous = word in al.CPP_MATH_OVERLAP
         detail = f"{word}() under 'using namespace' of torch/ATen " + (
@@ -301,7 +306,7 @@ def _scan_strings(strings: list[tuple[str, int]], line_of: _Lines) -> Iterator[C
     for s, offset in strings:
         for pattern, flag in _STRING_FLAGS:
             for m in pattern.finditer(s):
-                yield CppHit(flag, m.group(0), line_of(offset), f'string "{m.group(0)}" names {flag.replace("_", " ")}')
+                yield CppHit(flag, m.group(0), line_of(offset), f'string "{m.group(0)}" names {_what(flag)}')
 
 
 def _first_definitions(code: str, defines: dict[str, list[int]]) -> str | None:

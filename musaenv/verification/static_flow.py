@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-from musaenv.verification import allowlists as al
 from musaenv.verification.static_calls import evaluate_call
 from musaenv.verification.static_model import META, TENSOR, UNKNOWN, Program, Unit, Val
 from musaenv.verification.static_names import self_attr
@@ -21,7 +20,8 @@ from musaenv.verification.static_names import self_attr
 __all__ = ["Event", "FunctionAnalyzer", "Summary", "TryInfo"]
 
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**",
-        ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}  # fmt: skip
+        ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<",
+        ast.RShift: ">>"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class FunctionAnalyzer:
         """Kind of an expression, emitting the events its evaluation causes."""
         handler = getattr(self, "_e_" + type(node).__name__, None)
         if handler is not None:
-            return handler(node)  # type: ignore[no-any-return]
+            return handler(node)
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
                 self.consume(self.value(child), child)
@@ -322,7 +322,9 @@ class FunctionAnalyzer:
         for item in node.items:
             self.value(item.context_expr)
             func = item.context_expr.func if isinstance(item.context_expr, ast.Call) else None
-            suppress = suppress or self.prog.sym.resolve(func) == "contextlib.suppress" if func is not None else suppress
+            suppress = (
+                suppress or self.prog.sym.resolve(func) == "contextlib.suppress" if func is not None else suppress
+            )
             if item.optional_vars is not None:
                 self.bind(item.optional_vars, UNKNOWN)
         if not suppress:
@@ -397,4 +399,3 @@ class FunctionAnalyzer:
     def is_global(self, node: ast.AST) -> bool:
         """True for a module-level name that is not shadowed locally."""
         return isinstance(node, ast.Name) and node.id not in self.env and node.id in self.prog.sym.bound_names
-

@@ -116,22 +116,28 @@ class Program:
                 self.units[key] = _method_unit(name, key, stmt, self.sym)
                 info.methods[stmt.name] = key
             for t, v in _class_assigns(stmt):
-                fn = self.sym.functions.get(v.id) if isinstance(v, ast.Name) else v if isinstance(v, ast.Lambda) else None
+                fn = (
+                    self.sym.functions.get(v.id)
+                    if isinstance(v, ast.Name)
+                    else v
+                    if isinstance(v, ast.Lambda)
+                    else None
+                )
                 if fn is not None:  # ``forward = _forward_impl`` makes a module function a method
                     key = f"m:{name}.{t}"
                     self.units[key] = _method_unit(name, key, fn, self.sym)
                     info.methods[t] = key
                 else:
-                    self._set_attr(info, t, self.classify(v))
-        for stmt in ast.walk(node):
-            self._collect_self_attr(info, stmt)
+                    self._set_attr(info, t, self.classify(v, t))
+        for sub in ast.walk(node):
+            self._collect_self_attr(info, sub)
 
     def _collect_self_attr(self, info: ClassInfo, node: ast.AST) -> None:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 if self_attr(t) is not None:
-                    self._set_attr(info, t.attr, self.classify(node.value))  # type: ignore[attr-defined]
+                    self._set_attr(info, t.attr, self.classify(node.value, t.attr))  # type: ignore[attr-defined]
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -141,11 +147,11 @@ class Program:
             and isinstance(node.args[0], ast.Constant)
         ):
             kind = _REGISTER[node.func.attr]
-            self._set_attr(info, str(node.args[0].value), Val(kind) if kind else self.classify(node.args[1]))
+            self._set_attr(info, str(node.args[0].value), Val(kind) if kind else self.classify(node.args[1], str(node.args[0].value)))
         if isinstance(node, ast.Call) and self.sym.resolve(node.func) == "builtins.setattr" and len(node.args) == 3:
             obj, name, value = node.args
             if isinstance(obj, ast.Name) and obj.id == "self" and isinstance(name, ast.Constant):
-                self._set_attr(info, str(name.value), self.classify(value))
+                self._set_attr(info, str(name.value), self.classify(value, str(name.value)))
 
     @staticmethod
     def _set_attr(info: ClassInfo, name: str, v: Val) -> None:
@@ -153,11 +159,11 @@ class Program:
         if old is None or _RANK.get(v.kind, 9) < _RANK.get(old.kind, 9):
             info.attrs[name] = v
 
-    def classify(self, value: ast.AST) -> Val:
-        """Kind of a value stored for later use (an attribute or module-level name), without an environment."""
+    def classify(self, value: ast.AST, name: str = "") -> Val:
+        """Kind of a value stored under ``name`` for later use (an attribute or module-level name)."""
         sym = self.sym
         if sym.is_ext_expr(value):
-            return Val("ext", ast.unparse(value)[:40])
+            return Val("ext", name or "ext")
         display = sym.kernel_display(value)
         if display is not None:
             return Val("kernel", display)
@@ -266,8 +272,10 @@ class Program:
                 return META
             return TENSOR if attr in al.TENSOR_VIEW_ATTRS else Val("tmethod", attr)
         if k == "nnmod":
-            return TENSOR if attr.endswith(("weight", "bias")) or attr.startswith("running_") else Val(
-                "nnattr", f"{base.ref}.{attr}"
+            return (
+                TENSOR
+                if attr.endswith(("weight", "bias")) or attr.startswith("running_")
+                else Val("nnattr", f"{base.ref}.{attr}")
             )
         if k == "meta":
             return META

@@ -76,9 +76,11 @@ class Symbols:
         kernel_attrs: ``self`` attributes bound to one extension function -> display name.
         bound_names: Every name bound anywhere (so it is not mistaken for a builtin).
         meta_names: Module-level names bound to plain numbers, strings, booleans or ``None``.
+        nodes: Every node of the tree, walked once (the checks iterate over it many times).
     """
 
     tree: ast.Module
+    nodes: list[ast.AST] = field(default_factory=list)
     aliases: dict[str, str] = field(default_factory=dict)
     star_modules: list[str] = field(default_factory=list)
     functions: dict[str, FunctionNode] = field(default_factory=dict)
@@ -153,7 +155,7 @@ class Symbols:
 
 
 def _collect_imports(sym: Symbols) -> None:
-    for node in ast.walk(sym.tree):
+    for node in sym.nodes:
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.asname:
@@ -171,7 +173,7 @@ def _collect_imports(sym: Symbols) -> None:
 
 
 def _collect_bound(sym: Symbols) -> None:
-    for node in ast.walk(sym.tree):
+    for node in sym.nodes:
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             sym.bound_names.add(node.id)
         elif isinstance(node, ast.arg):
@@ -193,7 +195,7 @@ def _collect_bound(sym: Symbols) -> None:
 def _collect_aliases(sym: Symbols) -> None:
     """Aliases through assignments, loops over literal tuples and default arguments, to a fixed point."""
     pairs: list[tuple[ast.expr, ast.expr]] = []
-    for node in ast.walk(sym.tree):
+    for node in sym.nodes:
         pairs.extend(_assign_pairs(node))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             a = node.args
@@ -216,9 +218,9 @@ def _collect_aliases(sym: Symbols) -> None:
 
 def _collect_extensions(sym: Symbols) -> None:
     """Names, attributes and factories holding compiled extensions, and aliases of their functions."""
-    pairs = [p for node in ast.walk(sym.tree) for p in _assign_pairs(node)]
+    pairs = [p for node in sym.nodes for p in _assign_pairs(node)]
     funcs: list[ast.FunctionDef | ast.AsyncFunctionDef] = [
-        n for n in ast.walk(sym.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        n for n in sym.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
     ]
     for _ in range(4):
         before = (len(sym.ext_names), len(sym.ext_attrs), len(sym.ext_factories))
@@ -248,7 +250,7 @@ def _collect_extensions(sym: Symbols) -> None:
 
 def build_symbols(tree: ast.Module) -> Symbols:
     """Resolve imports, aliases, extensions and Triton kernels of a parsed candidate."""
-    sym = Symbols(tree=tree)
+    sym = Symbols(tree=tree, nodes=list(ast.walk(tree)))
     _collect_imports(sym)
     _collect_bound(sym)
     _collect_aliases(sym)

@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 
 _MAX_ROUNDS = 4  # parameter kinds and return kinds settle in two or three rounds on real candidates
 _CACHE_DECORATORS = ("functools.lru_cache", "functools.cache")
+_TOO_DEEP = "the candidate is nested too deeply to be analysed statically"
 _NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 
 
@@ -61,25 +62,26 @@ def _default_params(unit: Unit) -> dict[str, str]:
     return out
 
 
-def _explore(prog: Program, root: str) -> dict[str, Summary]:
-    """Analyse every unit reachable from ``root``, refining parameter and return kinds to a fixed point."""
-    params: dict[str, dict[str, str]] = {root: _forward_params(prog.units[root])}
+def _explore(prog: Program, roots: list[str]) -> dict[str, Summary]:
+    """Analyse every unit reachable from ``roots``, refining parameter and return kinds to a fixed point."""
+    fixed = {r: _forward_params(prog.units[r]) for r in roots}
+    params: dict[str, dict[str, str]] = dict(fixed)
     summaries: dict[str, Summary] = {}
     for _ in range(_MAX_ROUNDS):
         summaries = {}
-        work = [root]
+        work = list(reversed(roots))
         while work:
             key = work.pop()
             if key in summaries or key not in prog.units:
                 continue
             unit = prog.units[key]
-            kinds = params[key] if key == root else {**_default_params(unit), **params.get(key, {})}
+            kinds = fixed[key] if key in fixed else {**_default_params(unit), **params.get(key, {})}
             summaries[key] = FunctionAnalyzer(prog, unit, kinds).run()
             work.extend(e.callee for e in summaries[key].events if e.kind == "call")
-        new_params: dict[str, dict[str, str]] = {root: params[root]}
+        new_params: dict[str, dict[str, str]] = dict(fixed)
         for s in summaries.values():
             for e in s.events:
-                if e.kind == "call" and e.callee != root:
+                if e.kind == "call" and e.callee not in fixed:
                     slot = new_params.setdefault(e.callee, {})
                     for name, kind in e.args:
                         slot[name] = "tensor" if "tensor" in (kind, slot.get(name)) else slot.get(name, kind)
@@ -121,7 +123,7 @@ def _fallbacks(summaries: dict[str, Summary], compute: dict[str, bool], kernel: 
                 and any(_reaches(e, "kernel", kernel) for e in body)
                 and any(_reaches(e, "compute", compute) for e in outside)
             ):
-                msg = f"line {t.line}: this {what} swallows custom-kernel errors and the function also computes with torch"
+                msg = f"line {t.line}: this {what} swallows kernel errors while the function computes with torch"
             else:
                 continue
             out.append(Finding("try_except_fallback", ERROR, msg, t.line))
@@ -131,7 +133,7 @@ def _fallbacks(summaries: dict[str, Summary], compute: dict[str, bool], kernel: 
 def _guarded_builds(sym: Symbols, reachable: set[int]) -> list[int]:
     """Lines of try statements outside reachable code that build an extension and swallow the error."""
     lines = []
-    for node in ast.walk(sym.tree):
+    for node in sym.nodes:
         if not isinstance(node, ast.Try) or node.lineno in reachable:
             continue
         builds = any(isinstance(n, ast.Call) and sym.is_ext_expr(n) for b in node.body for n in ast.walk(b))
@@ -188,7 +190,9 @@ def _model_findings(prog: Program, policy: str) -> tuple[list[Finding], list[Eve
     if fwd is None:
         out.append(_policy_finding("no_custom_kernel", policy, "ModelNew defines no forward method", None))  # type: ignore[arg-type]
         return [f for f in out if f is not None], []
-    summaries = _explore(prog, fwd)
+    # nn.Module.__call__ runs forward, unless ModelNew overrides the dispatch itself: then that runs too.
+    extra = [k for name in ("__call__", "_call_impl") if (k := prog.find_method("ModelNew", name))]
+    summaries = _explore(prog, [fwd, *extra])
     compute, kernel = _closure(summaries, "compute"), _closure(summaries, "kernel")
     out.extend(_event_findings(prog, summaries, policy))
     if not kernel.get(fwd, False):
@@ -246,6 +250,8 @@ def analyze_candidate(
         line = getattr(e, "lineno", None)
         msg = f"line {line}: {getattr(e, 'msg', str(e))}" if line else str(e)
         return StaticReport((Finding("syntax_error", ERROR, f"the candidate is not valid Python: {msg}", line),))
+    except RecursionError:
+        return StaticReport((Finding("too_complex", ERROR, _TOO_DEEP, None),))
     try:
         sym = build_symbols(tree)
         findings = list(safety_findings(sym))
@@ -254,8 +260,7 @@ def analyze_candidate(
             findings.extend(check_build(spec, policy, preprocess))
         model_findings, events = _model_findings(Program(sym), policy)
     except RecursionError:
-        msg = "the candidate is nested too deeply to be analysed statically"
-        return StaticReport((Finding("too_complex", ERROR, msg, None),))
+        return StaticReport((Finding("too_complex", ERROR, _TOO_DEEP, None),))
     kernels = list(dict.fromkeys(e.desc for e in events if e.kind == "kernel"))
     torch_calls = list(dict.fromkeys(e.desc for e in events if e.kind == "compute"))
     kinds = {src.kind for spec in builds for src in spec.sources}

@@ -7,6 +7,7 @@ patches torch or reads the interpreter's frames is never evaluated, whatever els
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from musaenv.verification import allowlists as al
@@ -17,6 +18,9 @@ __all__ = ["safety_findings"]
 
 _PLAIN_PREFIX = ("os.exec", "os.spawn", "os.wait", "os.posix_spawn")
 _ATTR_BUILTINS = ("builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.hasattr")
+_DISPATCH_ATTRS = frozenset({"forward", "__call__", "_call_impl"})
+_LOOKUP_HOOKS = frozenset({"__getattribute__", "__setattr__", "__instancecheck__", "__subclasscheck__"})
+_HOOK_RE = re.compile(r"register_(?:module_)?(?:full_)?(?:forward|backward)(?:_pre)?_hook")
 _TENSOR_BASES = ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase", "torch.nn.Parameter")
 
 
@@ -29,7 +33,7 @@ def _prefix_lookup(table: dict[str, str], name: str) -> str | None:
 
 def qualname_flag(q: str) -> str | None:
     """Flag for using the fully qualified name ``q`` anywhere in a candidate, or ``None``."""
-    flag = _prefix_lookup(al.BANNED_QUALNAMES, q)
+    flag = _prefix_lookup(al.BANNED_QUALNAMES, q) or _prefix_lookup(al.BANNED_MODULES, q)
     if flag is not None:
         return flag
     if q.startswith("torch._") and q not in al.PRIVATE_TORCH_OK:
@@ -46,7 +50,7 @@ class _SafetyVisitor(ast.NodeVisitor):
         self.sym = sym
         self.findings: list[Finding] = []
         self.parents: dict[int, ast.AST] = {}
-        for node in ast.walk(sym.tree):
+        for node in sym.nodes:
             for child in ast.iter_child_nodes(node):
                 self.parents[id(child)] = node
 
@@ -54,7 +58,7 @@ class _SafetyVisitor(ast.NodeVisitor):
         self.findings.append(_finding(flag, getattr(node, "lineno", 0), what))
 
     def _module(self, name: str, node: ast.AST) -> None:
-        flag = _prefix_lookup(al.BANNED_MODULES, name) or qualname_flag(name)
+        flag = qualname_flag(name)
         if flag is not None:
             self.add(flag, node, f"import of {name}")
         elif name.startswith(".") or name.split(".")[0] not in al.ALLOWED_IMPORTS:
@@ -99,21 +103,25 @@ class _SafetyVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Attribute) and _HOOK_RE.fullmatch(node.func.attr):
+            self.add("monkeypatch", node, f"{node.func.attr}() changes what a module call returns")
         q = self.sym.resolve(node.func)
         if q in _ATTR_BUILTINS and len(node.args) >= 2:
             name = node.args[1]
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
                 self.add("dynamic_code", node, f"{q.split('.')[1]}() with a computed attribute name")
-            elif q != "builtins.getattr":
-                self._patched(node.args[0], node, f"{q.split('.')[1]}() on {ast.unparse(node.args[0])}")
+            elif q in ("builtins.setattr", "builtins.delattr"):
+                what = f"{q.split('.')[1]}() on {ast.unparse(node.args[0])}"
+                self._patched(node.args[0], node, what, name.value)
             elif (full := self.sym.resolve(node)) is not None and (flag := qualname_flag(full)) is not None:
                 self.add(flag, node, full)
         self.generic_visit(node)
 
-    def _patched(self, base: ast.AST, node: ast.AST, what: str) -> None:
-        if isinstance(base, ast.Name) and base.id == "Model":
-            self.findings.append(Finding("reference_model", ERROR, f"line {node.lineno}: {what} patches the "  # type: ignore[attr-defined]
-                                         "reference Model", getattr(node, "lineno", None)))  # fmt: skip
+    def _patched(self, base: ast.AST, node: ast.AST, what: str, attr: str | None = None) -> None:
+        if isinstance(base, ast.Name) and (base.id in self.sym.classes or base.id == "Model"):
+            self.add("monkeypatch", node, f"{what} patches class {base.id} outside its definition")
+        elif isinstance(base, ast.Name) and base.id == "self" and attr in _DISPATCH_ATTRS:
+            self.add("monkeypatch", node, f"{what} rebinds the method nn.Module.__call__ dispatches to")
         elif self.sym.resolve(base) is not None:
             self.add("monkeypatch", node, what)
 
@@ -121,7 +129,7 @@ class _SafetyVisitor(ast.NodeVisitor):
         for t in targets:
             for sub in ast.walk(t):
                 if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-                    self._patched(sub.value, node, f"assignment to {ast.unparse(sub)}")
+                    self._patched(sub.value, node, f"assignment to {ast.unparse(sub)}", sub.attr)
                 elif isinstance(sub, ast.Subscript) and isinstance(sub.ctx, (ast.Store, ast.Del)):
                     self._patched(sub.value, node, f"item assignment on {ast.unparse(sub.value)}")
 
@@ -142,6 +150,8 @@ class _SafetyVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        if node.name == "ModelNew" and (node.decorator_list or node.keywords):
+            self.add("monkeypatch", node, "a decorator or metaclass on ModelNew can replace its methods")
         for base in node.bases:
             if self.sym.resolve(base) in _TENSOR_BASES:
                 self.add("tensor_subclass", node, f"class {node.name} subclasses {ast.unparse(base)}")
@@ -151,6 +161,8 @@ class _SafetyVisitor(ast.NodeVisitor):
                 "__torch_dispatch__",
             ):
                 self.add("tensor_subclass", stmt, f"{node.name}.{stmt.name}")
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name in _LOOKUP_HOOKS:
+                self.add("monkeypatch", stmt, f"{node.name}.{stmt.name} intercepts attribute lookups")
         self.generic_visit(node)
 
 

@@ -87,7 +87,7 @@ class _Evaluator:
         self.aug: dict[str, list[ast.expr]] = {}
         self.binding: dict[str, list[Value]] = {}
         # Every assignment anywhere in the file counts: keeping all values of a name is conservative.
-        for node in ast.walk(sym.tree):
+        for node in sym.nodes:
             if isinstance(node, ast.Assign):
                 for t in node.targets:
                     if isinstance(t, ast.Name):
@@ -150,7 +150,7 @@ class _Evaluator:
             return [textwrap.dedent(a) for a in args[0] if isinstance(a, str)]
         if q == "builtins.str" and len(args) == 1:
             return [str(a) for a in args[0]]
-        if not isinstance(node.func, ast.Attribute) or node.keywords and node.func.attr != "format":
+        if not isinstance(node.func, ast.Attribute) or (node.keywords and node.func.attr != "format"):
             raise _Unresolved("call")
         method = node.func.attr
         out: list[Value] = []
@@ -255,7 +255,9 @@ def _build_spec(source: str, call: ast.Call, ev: _Evaluator) -> BuildSpec:
             if kind is not None and v is not None:
                 text = v if isinstance(v, str) else "\n".join(map(str, v)) if isinstance(v, tuple) else str(v)
                 lit = _literal_node(node, ev)
-                spec.sources.append(SourceText(kind, text, node.lineno, _exact_first_line(source, lit, text)))
+                spec.sources.append(
+                    SourceText(kind, text, getattr(node, "lineno", call.lineno), _exact_first_line(source, lit, text))
+                )
             elif name == "build_directory":
                 spec.build_directory = spec.build_directory or v is not None
             elif v is not None:
@@ -270,6 +272,6 @@ def find_builds(source: str, sym: Symbols) -> list[BuildSpec]:
     ev = _Evaluator(sym)
     return [
         _build_spec(source, node, ev)
-        for node in ast.walk(sym.tree)
+        for node in sym.nodes
         if isinstance(node, ast.Call) and is_load_inline_name(sym.resolve(node.func))
     ]

@@ -6,7 +6,7 @@ that throws, one that segfaults, one that never returns.
 
 from __future__ import annotations
 
-HAZARD_CPP = r'''
+HAZARD_CPP = r"""
 #include <torch/extension.h>
 #include <stdexcept>
 
@@ -23,7 +23,7 @@ torch::Tensor relu_wrong(torch::Tensor x) { return relu_impl(x, 0.5f); }
 torch::Tensor throws(torch::Tensor x) { throw std::runtime_error("kernel exploded on purpose"); }
 torch::Tensor segfault(torch::Tensor x) { *(volatile int*)16 = 1; return x; }
 torch::Tensor spin(torch::Tensor x) { volatile long i = 0; for (;;) { i = i + 1; } return x; }
-'''
+"""
 
 _TEMPLATE = '''
 import torch
@@ -51,7 +51,7 @@ def hazard_candidate(fn: str, init_args: str = "") -> str:
     return f"Here is my kernel:\n```python\n{code}\n```\n"
 
 
-COMPILE_ERROR_CANDIDATE = '''```python
+COMPILE_ERROR_CANDIDATE = """```python
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -62,4 +62,4 @@ ext = load_inline(name="broken", cpp_sources="int f( { return 1 }", functions=No
 class ModelNew(nn.Module):
     def forward(self, x):
         return ext.f(x)
-```'''
+```"""

@@ -17,7 +17,12 @@ from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
 
 pytestmark = pytest.mark.slow
 
-FAST = EvalConfig(static_policy="off", run_timeout_s=20.0, load_timeout_s=60.0, timing=TimingConfig(repeats=5, warmup=1, max_time_s=1.0))
+FAST = EvalConfig(
+    static_policy="off",
+    run_timeout_s=20.0,
+    load_timeout_s=60.0,
+    timing=TimingConfig(repeats=5, warmup=1, max_time_s=1.0),
+)
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +90,17 @@ def test_wrong_constructor_signature(evaluator, relu):
 
 @pytest.mark.parametrize(
     "response",
-    ["", " \n ", "x" * 5_000_000, "\x00\x01\x02binary\xff", b"\x00\xff bytes", "no code here", "```python\nprint(1)\n```",
-     "```python\nclass ModelNew(:\n```", None],
+    [
+        "",
+        " \n ",
+        "x" * 5_000_000,
+        "\x00\x01\x02binary\xff",
+        b"\x00\xff bytes",
+        "no code here",
+        "```python\nprint(1)\n```",
+        "```python\nclass ModelNew(:\n```",
+        None,
+    ],
     ids=["empty", "blank", "5MB", "binary-str", "bytes", "prose", "no-ModelNew", "syntax", "None"],
 )
 def test_bad_input_is_a_fast_format_error(evaluator, relu, response):

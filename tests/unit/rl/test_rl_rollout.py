@@ -9,7 +9,7 @@ import pytest
 from rl_doubles import CharCountEnv, ScriptedPolicy
 
 from musaenv.rl.bdr import TaskRequest
-from musaenv.rl.protocol import EpisodeBatch, Optimizer, Policy
+from musaenv.rl.protocol import EpisodeBatch, Generation, Optimizer, Policy, Turn
 from musaenv.rl.rollout import collect_groups
 
 
@@ -143,3 +143,12 @@ def test_policy_returning_the_wrong_shape_is_reported() -> None:
 
     with pytest.raises(ValueError, match=r"expected policy\.generate to return"):
         collect_groups(CharCountEnv(), Short(["a"]), ["x"], group_size=2, advantage_fn=centred)
+
+
+def test_token_ids_and_logprobs_must_pair_up() -> None:
+    with pytest.raises(ValueError, match="as many logprobs as token ids"):
+        Generation("ab", (1, 2), (-0.5,))
+    with pytest.raises(ValueError, match="as many logprobs as token ids"):
+        Turn("p", "ab", token_ids=(1, 2), logprobs=(-0.5, -0.5, -0.5))
+    lists = Turn("p", "ab", token_ids=[1, 2], logprobs=[-0.5, -0.25])  # type: ignore[arg-type]  # JSON gives lists
+    assert lists.token_ids == (1, 2)

@@ -1,0 +1,330 @@
+"""Compile-only checking of CUDA candidates on a machine with nvcc but no GPU.
+
+Mirrors what ``torch.utils.cpp_extension.load_inline`` would compile, without linking or loading:
+
+* ``cuda.cu``: ``#include <torch/types.h>``, ``<cuda.h>``, ``<cuda_runtime.h>`` (load_inline prepends these)
+  followed by the CUDA sources, compiled by ``nvcc -cubin`` for one architecture. That runs nvcc's
+  front end over the whole file (host functions included) and device code generation plus ``ptxas``
+  (register and shared-memory limits), but not g++ on the host half.
+* ``main.cpp``: ``#include <torch/extension.h>``, the C++ sources and the pybind11 module load_inline
+  generates for ``functions``, checked with ``c++ -fsyntax-only``.
+
+Both steps run in parallel, each in its own process group that is killed on timeout. Compiler output
+comes back verbatim, failing steps first. Measured costs and what is and is not checked: ``docs/musa.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sysconfig
+import tempfile
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from musaenv import _env
+from musaenv.errors import BackendUnavailableError
+
+__all__ = ["CompileCheck", "cuda_compile_check"]
+
+logger = logging.getLogger(__name__)
+
+# load_inline's implicit headers for cuda_sources (torch/utils/cpp_extension.py, every torch >= 2.4).
+_CUDA_PRELUDE = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
+_EXTENSION_NAME = "musaenv_compile_check"  # the name only matters for linking, which is not done here
+_ARCH_FLAG = re.compile(r"-arch(=|$)|--gpu-architecture|-gencode|--generate-code|-code(=|$)|--gpu-code")
+# Headers a CUDA build of torch or a full CUDA toolkit has and this machine may lack: failing on one of
+# them says nothing about the candidate.
+_ENV_HEADER = re.compile(r"(cu(blas|sparse|solver|rand|fft|dnn)\w*|nccl|nvToolsExt|nvtx3/\S+)\.h$")
+_MISSING_HEADER = re.compile(r"fatal error: (\S+): No such file or directory|cannot open source file \"([^\"]+)\"")
+
+
+@dataclass(frozen=True)
+class CompileCheck:
+    """Outcome of :func:`cuda_compile_check`.
+
+    Attributes:
+        ok: Every step compiled.
+        log: Compiler output verbatim, failing steps first, each under a ``== step: ...`` line.
+        seconds: Wall time of the whole check.
+        steps: One JSON-safe dict per step: ``name``, ``command`` (argv), ``returncode`` (``None`` when
+            killed or skipped), ``seconds``, ``timed_out``, ``note``.
+        inconclusive: Set when the check failed only because this machine lacks a header that a CUDA
+            build of torch or a full CUDA toolkit has (e.g. ``cusparse.h``); the candidate may be fine.
+    """
+
+    ok: bool
+    log: str
+    seconds: float
+    steps: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    inconclusive: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form."""
+        return {
+            "ok": self.ok,
+            "log": self.log,
+            "seconds": self.seconds,
+            "steps": [dict(s) for s in self.steps],
+            "inconclusive": self.inconclusive,
+        }
+
+
+@dataclass
+class _Step:
+    name: str
+    command: list[str]
+    note: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    out: IO[bytes] | None = None
+    started: float = 0.0
+    seconds: float = 0.0
+    returncode: int | None = None
+    timed_out: bool = False
+    output: str = ""
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "command": list(self.command),
+            "returncode": self.returncode,
+            "seconds": round(self.seconds, 3),
+            "timed_out": self.timed_out,
+            "note": self.note,
+        }
+
+
+def _as_list(sources: str | Sequence[str] | None) -> list[str]:
+    if sources is None:
+        return []
+    return [sources] if isinstance(sources, str) else list(sources)
+
+
+def _module_def(functions: Sequence[str] | Mapping[str, str] | str | None, error_handling: bool) -> list[str]:
+    """The pybind11 module load_inline appends to the C++ sources for ``functions``."""
+    if functions is None:
+        return []
+    docs = (
+        {functions: functions}
+        if isinstance(functions, str)
+        else (dict(functions) if isinstance(functions, Mapping) else {f: f for f in functions})
+    )
+    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+    for name, doc in docs.items():
+        fn = f"torch::wrap_pybind_function({name})" if error_handling else name
+        lines.append(f'm.def("{name}", {fn}, "{doc}");')
+    return [*lines, "}"]
+
+
+def _torch_build_flags() -> tuple[list[str], list[str], str]:
+    """(include paths, defines, -std flag) as torch's JIT loader would use them, without CUDA in torch."""
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as exc:
+        raise BackendUnavailableError(f"cuda_compile_check needs torch (>= 2.4) importable; found: {exc}") from exc
+    includes = list(cpp_extension.include_paths())  # CPU paths: the CUDA variant insists on CUDA_HOME
+    py_include = sysconfig.get_path("include", scheme="posix_prefix")
+    if py_include:
+        includes.append(py_include)
+    defines = [f"-DTORCH_EXTENSION_NAME={_EXTENSION_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
+    with warnings.catch_warnings():  # torch 2.9+ deprecates these helpers; older torch needs their flags
+        warnings.simplefilter("ignore")
+        for helper in ("_get_pybind11_abi_build_flags", "_get_glibcxx_abi_build_flags"):
+            flags: list[str] | None = getattr(cpp_extension, helper, lambda: [])()
+            defines += list(flags or [])
+    if not any((Path(p) / "c10/cuda/impl/cuda_cmake_macros.h").exists() for p in includes):
+        # A CPU build of torch ships c10/cuda headers without this generated file; torch's own escape
+        # hatch (c10/cuda/CUDAMacros.h) skips it. It only sets Windows DLL export macros.
+        defines.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")
+    loader_text = Path(cpp_extension.__file__).read_text(encoding="utf-8", errors="ignore")
+    std = "-std=c++20" if "-std=c++20" in loader_text else "-std=c++17"  # the standard this torch's loader uses
+    return includes, defines, std
+
+
+def _commands(
+    has_cpp: bool,
+    has_cuda: bool,
+    cuda_home: Path,
+    arch: str,
+    extra_cuda_cflags: Sequence[str],
+    extra_cflags: Sequence[str],
+    extra_include_paths: Sequence[str],
+) -> list[_Step]:
+    includes, defines, std = _torch_build_flags()
+    user = [f"-I{Path(p).resolve()}" for p in extra_include_paths]
+    system = [f for p in [*includes, str(cuda_home / "include")] for f in ("-isystem", p)]
+    steps: list[_Step] = []
+    if has_cuda:
+        from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+        dropped = [f for f in extra_cuda_cflags if _ARCH_FLAG.match(f)]
+        kept = [f for f in extra_cuda_cflags if not _ARCH_FLAG.match(f)]
+        cmd = [
+            str(cuda_home / "bin" / "nvcc"),
+            *user,
+            *system,
+            *defines,
+            *COMMON_NVCC_FLAGS,
+            f"-arch={arch}",
+            "-cubin",
+            "-o",
+            "cuda.cubin",
+            *kept,
+        ]
+        if not any(f.startswith("-std=") for f in cmd):
+            cmd.append(std)
+        note = f"arch flags {dropped} replaced by -arch={arch} (one target suffices for a check)" if dropped else ""
+        steps.append(_Step("cuda", [*cmd, "cuda.cu"], note))
+    if has_cpp:
+        from torch.utils.cpp_extension import get_cxx_compiler
+
+        cxx = get_cxx_compiler()
+        steps.append(
+            _Step("cpp", [cxx, *user, *system, *defines, "-fPIC", std, *extra_cflags, "-fsyntax-only", "main.cpp"])
+        )
+    return steps
+
+
+def _start(step: _Step, build: Path) -> None:
+    step.out = open(build / f"{step.name}.log", "wb")  # noqa: SIM115  (closed in _finish)
+    step.started = time.monotonic()
+    step.proc = subprocess.Popen(
+        step.command,
+        cwd=build,
+        stdout=step.out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # own process group: nvcc's children (cicc, ptxas, gcc) die with it
+        env={**os.environ, "LC_ALL": "C"},  # ASCII quotes in gcc's messages, whatever the user's locale
+    )
+
+
+def _finish(step: _Step, build: Path, deadline: float) -> None:
+    assert step.proc is not None and step.out is not None
+    try:
+        step.returncode = step.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        step.timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(step.proc.pid, signal.SIGKILL)
+        step.proc.wait()
+    step.seconds = time.monotonic() - step.started
+    step.out.close()
+    step.output = (build / f"{step.name}.log").read_text(encoding="utf-8", errors="replace")
+    if step.timed_out:
+        step.output += f"\n[musaenv] {step.name} step killed after {step.seconds:.1f} s (timeout)\n"
+
+
+def _run(steps: list[_Step], build: Path, deadline: float) -> None:
+    """Run all steps concurrently until done or the deadline; no process group outlives this call."""
+    try:
+        for step in steps:
+            try:
+                _start(step, build)
+            except OSError as exc:  # the compiler itself is missing: a harness problem, not the candidate's
+                raise BackendUnavailableError(f"cannot run {step.command[0]!r}: {exc}") from exc
+        for step in steps:
+            _finish(step, build, deadline)
+    finally:
+        for step in steps:
+            if step.proc is not None and step.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(step.proc.pid, signal.SIGKILL)
+                step.proc.wait()
+            if step.out is not None and not step.out.closed:
+                step.out.close()
+
+
+def _compose_log(steps: list[_Step]) -> str:
+    ordered = sorted(steps, key=lambda s: s.returncode == 0)  # failing (or killed) steps first
+    parts = []
+    for s in ordered:
+        status = "timed out" if s.timed_out else f"exit {s.returncode}"
+        parts.append(f"== {s.name}: {shlex.join(s.command[:1] + s.command[-1:])} ({status})\n{s.output}")
+    return "\n".join(parts)
+
+
+def _inconclusive(steps: list[_Step], cuda_home: Path) -> str | None:
+    """Reason when every failure is a header missing from this machine's CUDA toolkit."""
+    failed = [s for s in steps if s.returncode != 0]
+    missing: list[str] = []
+    for s in failed:
+        headers = [a or b for a, b in _MISSING_HEADER.findall(s.output)]
+        if s.timed_out or not headers:
+            return None
+        missing += headers
+    env = [h for h in missing if _ENV_HEADER.search(h) and not (cuda_home / "include" / h).exists()]
+    if not failed or len(env) != len(missing):
+        return None
+    return f"this machine lacks {sorted(set(env))} (part of a full CUDA toolkit); the candidate was not checked"
+
+
+def cuda_compile_check(
+    cpp_sources: Sequence[str] | str,
+    cuda_sources: Sequence[str] | str,
+    functions: Sequence[str] | Mapping[str, str] | str | None,
+    extra_cuda_cflags: Sequence[str] = (),
+    extra_cflags: Sequence[str] = (),
+    extra_include_paths: Sequence[str] = (),
+    timeout_s: float = 300,
+    arch: str = "sm_90",
+    *,
+    with_pytorch_error_handling: bool = True,
+) -> CompileCheck:
+    """Compile a ``load_inline`` candidate's sources without a GPU; a bad candidate is a failed check.
+
+    Args:
+        cpp_sources: ``cpp_sources`` as given to ``load_inline`` (a string or strings).
+        cuda_sources: ``cuda_sources`` as given to ``load_inline``.
+        functions: Names (or name -> docstring) to bind, as ``load_inline``'s ``functions``.
+        extra_cuda_cflags: nvcc flags; ``-arch``/``-gencode`` flags are replaced by ``-arch={arch}``.
+        extra_cflags: C++ compiler flags.
+        extra_include_paths: Extra ``-I`` directories.
+        timeout_s: Wall-clock budget for the whole check; steps still running are killed.
+        arch: The one GPU architecture nvcc compiles device code for.
+        with_pytorch_error_handling: As ``load_inline``'s (wraps bound functions in ``wrap_pybind_function``).
+
+    Returns:
+        ``ok``, the compiler output, wall time, the commands run, and ``inconclusive`` when only a header
+        missing from this machine stopped the check.
+
+    Raises:
+        BackendUnavailableError: No CUDA toolkit (``musaenv._env.cuda_home()``) or no torch.
+    """
+    cuda_home = _env.cuda_home()
+    if cuda_home is None:
+        raise BackendUnavailableError("no CUDA toolkit: set CUDA_HOME to a directory with bin/nvcc")
+    cpp, cuda = _as_list(cpp_sources), _as_list(cuda_sources)
+    module_def = _module_def(functions, with_pytorch_error_handling)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    build = Path(tempfile.mkdtemp(prefix="musaenv-cc-"))
+    try:
+        (build / "main.cpp").write_text("\n".join(["#include <torch/extension.h>", *cpp, *module_def]))
+        if cuda:
+            (build / "cuda.cu").write_text("\n".join([*_CUDA_PRELUDE, *cuda]))
+        has_cpp = any(s.strip() for s in cpp) or bool(module_def)  # else main.cpp is one torch header: nothing to check
+        steps = _commands(has_cpp, bool(cuda), cuda_home, arch, extra_cuda_cflags, extra_cflags, extra_include_paths)
+        _run(steps, build, deadline)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    seconds = time.monotonic() - started
+    ok = all(s.returncode == 0 for s in steps)
+    logger.debug("compile check %s in %.1f s: %s", "ok" if ok else "failed", seconds, [s.name for s in steps])
+    return CompileCheck(
+        ok=ok,
+        log=_compose_log(steps),
+        seconds=round(seconds, 3),
+        steps=tuple(s.record() for s in steps),
+        inconclusive=None if ok else _inconclusive(steps, cuda_home),
+    )

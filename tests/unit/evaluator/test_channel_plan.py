@@ -1,0 +1,62 @@
+"""The pickle-free worker channel and the seeded evaluation plan."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator.channel import Channel, ProtocolError
+from musaenv.evaluator.plan import make_plan
+from musaenv.tasks.builtin import get_task
+
+
+def _pair() -> tuple[Channel, Channel]:
+    a, (cr, cw) = Channel.pair()
+    return a, Channel(cr, cw)
+
+
+def test_messages_and_arrays_round_trip():
+    parent, child = _pair()
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False])]
+    child.send({"type": "trial", "x": 1}, arrays)
+    msg, got = parent.recv()
+    assert msg == {"type": "trial", "x": 1}
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(arrays, got))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"_arrays": [{"dtype": "object", "shape": [1]}]}',
+        b'{"_arrays": [{"dtype": "float32", "shape": [-1]}]}',
+    ],
+)
+def test_malformed_frames_raise_protocol_error(raw):
+    parent, child = _pair()
+    child._w.send_bytes(raw)
+    with pytest.raises(ProtocolError):
+        parent.recv()
+
+
+def test_closed_peer_is_eof():
+    parent, child = _pair()
+    child.close()
+    with pytest.raises(EOFError):
+        parent.recv()
+    parent.close()
+    assert os.name == "posix"
+
+
+def test_plan_is_seeded_and_covers_every_shape():
+    task = get_task("l1_relu")
+    cfg = EvalConfig(num_trials=5, timing=TimingConfig(repeats=20))
+    a, b, c = make_plan(task, "cpu", cfg, 1), make_plan(task, "cpu", cfg, 1), make_plan(task, "cpu", cfg, 2)
+    assert a == b and a != c
+    assert {k for k, _ in a.trials} == set(range(len(task.shapes_for("cpu"))))
+    assert len({s for _, s in a.trials}) == 5  # fresh inputs every trial
+    assert all(i < 10 for i in a.keep) and len(a.recheck_trials()) == len(a.keep)

@@ -1,0 +1,27 @@
+"""Prompts and feedback stay inside the observation charset and carry what the policy needs."""
+
+from __future__ import annotations
+
+from musaenv.tasks.builtin import get_task
+from musaenv.tasks.prompts import OBS_CHARSET, feedback_text, initial_prompt, sanitize, turn_prompt
+
+
+def test_initial_prompt_has_reference_rules_and_shapes():
+    p = initial_prompt(get_task("l1_relu"), "cpu", "cpu")
+    assert "class Model" in p and "ModelNew" in p and "cheating" in p and "Input shapes tested" in p
+    assert set(p) <= OBS_CHARSET
+
+
+def test_sanitize_transliterates_compiler_quotes():
+    assert sanitize("error: \u2018x\u2019 was not declared \u2014 \u00e9") == "error: 'x' was not declared - ?"
+
+
+def test_feedback_is_truncated_to_budget():
+    ev = {"stage": "compile_error", "compiler_log": "e" * 10_000, "messages": ["m"]}
+    text = feedback_text(ev, -1.0, 500)
+    assert len(text) <= 500 and text.startswith("Verdict: compile_error") and "truncated" in text
+
+
+def test_turn_prompt_keeps_history():
+    text = turn_prompt("FIRST", [("resp1", "fb1"), ("resp2", "fb2")])
+    assert text.index("resp1") < text.index("fb1") < text.index("resp2") < text.index("fb2")

@@ -1,0 +1,30 @@
+"""The musaenv command line (fast paths: no compiling)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from musaenv.cli import main
+
+
+def test_tasks_json_lists_ids_and_levels(capsys: pytest.CaptureFixture[str]):
+    assert main(["tasks", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) >= 40 and all({"id", "level"} <= set(r) for r in rows)
+
+
+def test_eval_of_a_non_code_response_exits_zero_with_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    f = tmp_path / "resp.md"
+    f.write_text("I cannot write this kernel.")
+    assert main(["eval", "--task", "l1_relu", "--candidate", str(f), "--backend", "cpu", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stage"] == "format_error" and out["score"] == -1.0
+
+
+def test_usage_errors_exit_nonzero(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["eval", "--task", "l1_relu", "--candidate", str(tmp_path / "missing.py")]) == 2
+    assert main(["eval", "--task", "no_such_task", "--candidate", str(tmp_path / "missing.py")]) == 2
+    assert "error" in capsys.readouterr().err

@@ -1,0 +1,41 @@
+"""Output comparison in the parent: tolerances, NaN/Inf, shapes, dtypes, degenerate tasks."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from musaenv.verification.compare import compare_outputs, trivial_output_passes
+
+R = np.array([1.0, -2.0, 3.0], dtype=np.float32)
+
+
+def test_within_tolerance_passes_and_reports_errors():
+    c = compare_outputs([R + 5e-5], [R], 1e-4, 1e-4)
+    assert c.passed and c.max_abs_error is not None and c.max_abs_error < 1e-4
+
+
+def test_outside_tolerance_fails_with_reason():
+    c = compare_outputs([R + 1e-2], [R], 1e-4, 1e-4)
+    assert not c.passed and "outside atol" in c.reason
+
+
+def test_nan_is_never_a_wildcard():
+    c = compare_outputs([np.array([np.nan, -2.0, 3.0], dtype=np.float32)], [R], 1e9, 1e9)
+    assert not c.passed and "NaN/Inf" in c.reason
+
+
+def test_reference_nan_must_be_reproduced():
+    ref = np.array([np.nan, 1.0])
+    assert compare_outputs([ref.copy()], [ref], 1e-4, 1e-4).passed
+    assert not compare_outputs([np.array([0.0, 1.0])], [ref], 1e-4, 1e-4).passed
+
+
+def test_shape_dtype_and_count_mismatches():
+    assert "shape" in compare_outputs([R[:2]], [R], 1, 1).reason
+    assert "dtype" in compare_outputs([R], [R], 1, 1, ["float16"], ["float32"]).reason
+    assert "output(s)" in compare_outputs([R, R], [R], 1, 1).reason
+
+
+def test_trivial_output_guard():
+    assert trivial_output_passes([np.full(4, 1e-6)], 1e-4, 1e-4)
+    assert not trivial_output_passes([R], 1e-4, 1e-4)
