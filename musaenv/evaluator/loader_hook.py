@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import inspect
 import sys
 import types
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
     import torch.utils.cpp_extension as ce
 
     state = BuildState(chan, backend, compile_only)
+    positional = [
+        p for p in inspect.signature(ce.load_inline).parameters if p not in ("name", "cpp_sources", "cuda_sources")
+    ]
 
     def load_inline(
         name: str = "", cpp_sources: Any = None, cuda_sources: Any = None, *args: Any, **kwargs: Any
@@ -76,8 +80,10 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
         kwargs.update(cpp_sources=cpp_sources, cuda_sources=cuda_sources)
         if "musa_sources" in kwargs:  # torch_musa's spelling; built by the MUSA backend's compiler
             kwargs["cuda_sources"] = kwargs.pop("musa_sources")
-        if args:  # positional order of torch's signature after cuda_sources
-            kwargs.update(dict(zip(("sycl_sources", "functions", "extra_cflags", "extra_cuda_cflags"), args)))
+        if args:  # positional arguments after cuda_sources follow the installed torch's own signature
+            kwargs.update(dict(zip(positional, args)))
+        if kwargs.get("sycl_sources"):
+            raise TypeError("load_inline: sycl_sources are not supported by musaenv's backends")
         spec = BuildSpec.from_load_inline(kwargs, backend=state.backend, compile_only=state.compile_only)
         reply = state.request(spec)
         state.builds.append({k: reply.get(k) for k in ("name", "ok", "seconds", "cached")})
