@@ -138,6 +138,14 @@ class EvalConfig(_Config):
         run_timeout_s: Limit on all correctness trials together.
         timing_timeout_s: Limit on timing.
         static_policy: ``strict`` (only tensor plumbing in forward), ``permissive`` (glue allowed) or ``off``.
+        runtime_policy: What the profiler check of one forward does with aten compute outside the allowlist:
+            ``strict`` (a ``cheating`` verdict), ``permissive`` (a warning and a coverage number), ``off`` (no
+            profiling), or ``auto`` (the same as ``static_policy``). See docs/verification.md.
+        runtime_checks: The other runtime checks in the worker: the extension must run on every call and produce
+            the output, outputs must follow inputs, a poisoned repeat must reproduce, no threads, timers or global
+            settings touched. ``False`` keeps only the output, alias, input-mutation and timed-output checks.
+        suspicious_speedup: Speedups above this are reported (warning ``suspicious_speedup``) and recomputed from a
+            second measurement taken with a clock captured before the candidate loaded; the lower one counts.
         max_response_chars: Longer responses are refused as ``format_error`` without parsing.
         log_chars: Compiler and runtime logs are truncated to this many characters.
         timing: :class:`TimingConfig`.
@@ -153,6 +161,9 @@ class EvalConfig(_Config):
     run_timeout_s: float = 60.0
     timing_timeout_s: float = 120.0
     static_policy: str = "strict"
+    runtime_policy: str = "auto"
+    runtime_checks: bool = True
+    suspicious_speedup: float = 50.0
     max_response_chars: int = 200_000
     log_chars: int = 4000
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -172,6 +183,14 @@ class EvalConfig(_Config):
             self.static_policy,
             "Pick one of those.",
         )
+        _require(
+            self.runtime_policy in ("auto", "strict", "permissive", "off"),
+            n,
+            "runtime_policy in auto/strict/permissive/off",
+            self.runtime_policy,
+            "Pick one of those.",
+        )
+        _require(self.suspicious_speedup > 1.0, n, "suspicious_speedup > 1", self.suspicious_speedup, "e.g. 50.")
         _require(self.max_response_chars >= 100, n, "max_response_chars >= 100", self.max_response_chars, "")
         _require(self.log_chars >= 100, n, "log_chars >= 100", self.log_chars, "Keep some log.")
         for name in ("atol", "rtol"):

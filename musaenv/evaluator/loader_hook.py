@@ -4,22 +4,27 @@ Runs inside the candidate worker. The hook turns the call into a :class:`~musaen
 asks the parent (which owns the compilers and the content-addressed cache) to build it, and imports the
 resulting module by its content-hash name. The worker itself never starts a compiler, so its sandbox can
 forbid process creation.
+
+Every function of a loaded extension is wrapped so that its successful calls are counted
+(:class:`KernelCalls`): the runtime proof that the candidate's own kernel ran (docs/verification.md).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import inspect
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from musaenv.backends.loader import BuildSpec
 from musaenv.evaluator.channel import Channel
 
-__all__ = ["BuildFailedError", "BuildState", "install_loader_hook"]
+__all__ = ["BuildFailedError", "BuildState", "KernelCalls", "install_loader_hook"]
 
 
 class BuildFailedError(ImportError):
@@ -33,6 +38,47 @@ class CompiledOnlyModule(types.ModuleType):
         raise RuntimeError(f"extension {self.__name__} was compiled for a device that is not present; not runnable")
 
 
+CallHook = Callable[[int, tuple[Any, ...], dict[str, Any], Any], None]
+
+
+@dataclass
+class KernelCalls:
+    """Calls into the candidate's extension functions, counted by wrappers installed at import.
+
+    Attributes:
+        count: Calls that returned (a call that raised is not counted: the kernel did not produce anything).
+        wrapped: Extension functions wrapped so far.
+        hook: Called as ``hook(count, args, kwargs, result)`` after each counted call (the perturbation probe).
+    """
+
+    count: int = 0
+    wrapped: int = 0
+    hook: CallHook | None = None
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """A counting wrapper around one extension function."""
+
+        @functools.wraps(fn)
+        def kernel_call(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            self.count += 1
+            if self.hook is not None:
+                self.hook(self.count, args, kwargs, result)
+            return result
+
+        self.wrapped += 1
+        return kernel_call
+
+    def wrap_module(self, module: types.ModuleType) -> None:
+        """Replace every builtin (pybind11) function of ``module`` by a counting wrapper, once."""
+        if getattr(module, "__musaenv_counted__", False):
+            return
+        for name, value in list(vars(module).items()):
+            if not name.startswith("__") and isinstance(value, types.BuiltinFunctionType):
+                setattr(module, name, self.wrap(value))
+        module.__musaenv_counted__ = True  # type: ignore[attr-defined]
+
+
 @dataclass
 class BuildState:
     """Builds requested by this candidate (reported to the parent with the result)."""
@@ -42,6 +88,7 @@ class BuildState:
     compile_only: bool
     builds: list[dict[str, Any]] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    calls: KernelCalls = field(default_factory=KernelCalls)
 
     def request(self, spec: BuildSpec) -> dict[str, Any]:
         """Ask the parent to build ``spec``; blocks until it answers."""
@@ -93,10 +140,12 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
         if state.compile_only:
             return CompiledOnlyModule(str(reply["name"]))
         try:
-            return _import_extension(str(reply["name"]), str(reply["so_path"]))
+            module = _import_extension(str(reply["name"]), str(reply["so_path"]))
         except ImportError as e:
             state.failed.append(f"the extension built but failed to load: {e}")
             raise BuildFailedError(state.failed[-1]) from None
+        state.calls.wrap_module(module)
+        return module
 
     def load(*args: Any, **kwargs: Any) -> types.ModuleType:
         raise RuntimeError("musaenv candidates build kernels with load_inline(...); load() of files is not supported")

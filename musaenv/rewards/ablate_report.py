@@ -80,7 +80,7 @@ def write_tables(summary: AblationSummary, out: Path) -> list[Path]:
         cells = [fmt(_pair(summary.disagreement, a, b), 2) if a != b else "" for b in labels]
         md.append(f"| {a} | " + " | ".join(cells) + " |")
     for key, items in summary.examples.items():
-        if items:
+        if items and key.split("|")[0] == labels[0]:  # examples against the first (reference) shaper only
             md += ["", f"Where `{key.replace('|', '` and `')}` disagree (first {len(items)}):", ""]
             md += [
                 f"* {ex['task_id']} episode {ex['episode']}: stages {ex['stages']}, scores {ex['scores']}, "

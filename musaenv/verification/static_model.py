@@ -147,7 +147,11 @@ class Program:
             and isinstance(node.args[0], ast.Constant)
         ):
             kind = _REGISTER[node.func.attr]
-            self._set_attr(info, str(node.args[0].value), Val(kind) if kind else self.classify(node.args[1], str(node.args[0].value)))
+            self._set_attr(
+                info,
+                str(node.args[0].value),
+                Val(kind) if kind else self.classify(node.args[1], str(node.args[0].value)),
+            )
         if isinstance(node, ast.Call) and self.sym.resolve(node.func) == "builtins.setattr" and len(node.args) == 3:
             obj, name, value = node.args
             if isinstance(obj, ast.Name) and obj.id == "self" and isinstance(name, ast.Constant):

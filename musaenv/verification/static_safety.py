@@ -33,7 +33,9 @@ def _prefix_lookup(table: dict[str, str], name: str) -> str | None:
 
 def qualname_flag(q: str) -> str | None:
     """Flag for using the fully qualified name ``q`` anywhere in a candidate, or ``None``."""
-    flag = _prefix_lookup(al.BANNED_QUALNAMES, q) or _prefix_lookup(al.BANNED_MODULES, q)
+    flag = _prefix_lookup(al.BANNED_QUALNAMES, q)
+    if flag is None and not q.startswith("builtins."):  # bare builtins resolve to builtins.<name>
+        flag = _prefix_lookup(al.BANNED_MODULES, q)
     if flag is not None:
         return flag
     if q.startswith("torch._") and q not in al.PRIVATE_TORCH_OK:
@@ -58,7 +60,7 @@ class _SafetyVisitor(ast.NodeVisitor):
         self.findings.append(_finding(flag, getattr(node, "lineno", 0), what))
 
     def _module(self, name: str, node: ast.AST) -> None:
-        flag = qualname_flag(name)
+        flag = "dynamic_code" if name == "builtins" else qualname_flag(name)
         if flag is not None:
             self.add(flag, node, f"import of {name}")
         elif name.startswith(".") or name.split(".")[0] not in al.ALLOWED_IMPORTS:

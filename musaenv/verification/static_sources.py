@@ -109,12 +109,29 @@ class _Evaluator:
             return _cap([tuple(_flatten(c)) for c in itertools.product(*parts)])
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             return _cap([_add(a, b) for a in self.eval(node.left, depth + 1) for b in self.eval(node.right, depth + 1)])
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            return self._percent(node, depth)
         if isinstance(node, ast.JoinedStr):
             pieces = [self._fstring_part(v, depth) for v in node.values]
             return _cap(["".join(c) for c in itertools.product(*pieces)])
         if isinstance(node, ast.Call):
             return self._call(node, depth)
         raise _Unresolved(type(node).__name__)
+
+    def _percent(self, node: ast.BinOp, depth: int) -> list[Value]:
+        """``"..." % (a, b)`` with constant operands."""
+        elts = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+        operands = [self.eval(e, depth + 1) for e in elts]
+        out: list[Value] = []
+        for left in self.eval(node.left, depth + 1):
+            for combo in itertools.product(*operands):
+                if not isinstance(left, str) or any(isinstance(c, tuple) for c in combo):
+                    raise _Unresolved("% formatting")
+                try:
+                    out.append(left % combo)
+                except (TypeError, ValueError, KeyError) as e:
+                    raise _Unresolved("% formatting") from e
+        return _cap(out)
 
     def _name(self, name: str, depth: int) -> list[Value]:
         if name in self.binding:
@@ -235,7 +252,9 @@ def _args_of(call: ast.Call, ev: _Evaluator, spec: BuildSpec) -> dict[str, ast.A
 def _literal_node(node: ast.AST, ev: _Evaluator) -> ast.AST:
     """The literal behind ``node`` when it is a name with exactly one literal value (for line mapping)."""
     if isinstance(node, ast.Name) and len(ev.values.get(node.id, [])) == 1 and node.id not in ev.aug:
-        return ev.values[node.id][0]
+        node = ev.values[node.id][0]
+    if isinstance(node, ast.Call) and len(node.args) == 1 and ev.sym.resolve(node.func) == "textwrap.dedent":
+        return node.args[0]  # dedent keeps every line where it was
     return node
 
 

@@ -18,7 +18,6 @@ from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
 pytestmark = pytest.mark.slow
 
 FAST = EvalConfig(
-    static_policy="off",
     run_timeout_s=20.0,
     load_timeout_s=60.0,
     timing=TimingConfig(repeats=5, warmup=1, max_time_s=1.0),
@@ -88,21 +87,20 @@ def test_wrong_constructor_signature(evaluator, relu):
     assert "TypeError" in r.runtime_log
 
 
-@pytest.mark.parametrize(
-    "response",
-    [
-        "",
-        " \n ",
-        "x" * 5_000_000,
-        "\x00\x01\x02binary\xff",
-        b"\x00\xff bytes",
-        "no code here",
-        "```python\nprint(1)\n```",
-        "```python\nclass ModelNew(:\n```",
-        None,
-    ],
-    ids=["empty", "blank", "5MB", "binary-str", "bytes", "prose", "no-ModelNew", "syntax", "None"],
-)
+BAD_INPUTS = {
+    "empty": "",
+    "blank": " \n ",
+    "5MB": "x" * 5_000_000,
+    "binary-str": "\x00\x01\x02binary\xff",
+    "bytes": b"\x00\xff bytes",
+    "prose": "no code here",
+    "no-ModelNew": "```python\nprint(1)\n```",
+    "syntax": "```python\nclass ModelNew(:\n```",
+    "None": None,
+}
+
+
+@pytest.mark.parametrize("response", list(BAD_INPUTS.values()), ids=list(BAD_INPUTS))
 def test_bad_input_is_a_fast_format_error(evaluator, relu, response):
     start = time.perf_counter()
     r = evaluator.evaluate(relu, response, seed=0)  # type: ignore[arg-type]

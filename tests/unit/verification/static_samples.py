@@ -119,7 +119,7 @@ class ModelNew(nn.Module):
         return self.fused.linear_relu(x, self.linear.weight, self.linear.bias)
 '''
 
-HONEST_TRITON = '''
+HONEST_TRITON = """
 import torch
 import torch.nn as nn
 import triton
@@ -156,7 +156,7 @@ class ModelNew(nn.Module):
         y = y.contiguous().view(-1)
         out = scale_add(x, y, self.alpha)
         return out.view(shape)
-'''
+"""
 
 HONEST_MUSA = '''
 import torch

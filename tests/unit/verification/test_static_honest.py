@@ -60,7 +60,7 @@ def test_autograd_function_wrapper_reaches_its_kernel() -> None:
 
 
 def test_lazy_extension_loaders_are_followed() -> None:
-    body = '''
+    body = """
     import functools
 
     @functools.lru_cache(maxsize=None)
@@ -74,7 +74,7 @@ def test_lazy_extension_loaders_are_followed() -> None:
 
         def forward(self, x):
             return self.mod.k(_lib().k(x))
-    '''
+    """
     report = analyze_candidate(candidate(body))
     assert report.ok, report.messages
     assert set(report.kernel_calls) == {"mod.k", "_lib().k"}

@@ -36,14 +36,18 @@ TORCH_COMPUTE = [
 ]
 
 
-@pytest.mark.parametrize(("prelude", "forward", "params"), [c[1:] for c in TORCH_COMPUTE], ids=[c[0] for c in TORCH_COMPUTE])
+@pytest.mark.parametrize(
+    ("prelude", "forward", "params"), [c[1:] for c in TORCH_COMPUTE], ids=[c[0] for c in TORCH_COMPUTE]
+)
 def test_torch_compute_in_forward_is_an_error_under_strict(prelude: str, forward: str, params: str) -> None:
     report = analyze_candidate(with_forward(forward, prelude, params), policy="strict")
     assert report.flags == ("forbidden_torch_op",), report.messages
     assert report.kernel_calls == ("ext.k",)
 
 
-@pytest.mark.parametrize(("prelude", "forward", "params"), [c[1:] for c in TORCH_COMPUTE], ids=[c[0] for c in TORCH_COMPUTE])
+@pytest.mark.parametrize(
+    ("prelude", "forward", "params"), [c[1:] for c in TORCH_COMPUTE], ids=[c[0] for c in TORCH_COMPUTE]
+)
 def test_permissive_policy_reports_torch_glue_as_warnings(prelude: str, forward: str, params: str) -> None:
     report = analyze_candidate(with_forward(forward, prelude, params), policy="permissive")
     assert report.ok, report.messages
@@ -132,7 +136,8 @@ def test_overriding_call_is_analysed_like_forward() -> None:
         "class ModelNew(Model):\n    def forward(self, x):\n        return ext.k(x)\n",
         "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.ref = Model()\n"
         "    def forward(self, x):\n        ext.k(x)\n        return self.ref(x)\n",
-        "class ModelNew(nn.Module):\n    def forward(self, x):\n        ext.k(x)\n        return Model.forward(self, x)\n",
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        ext.k(x)\n"
+        "        return Model.forward(self, x)\n",
     ],
     ids=["subclass", "instance", "unbound_forward"],
 )
@@ -182,7 +187,7 @@ def test_try_except_fallback_to_torch_is_an_error(forward: str, policy: str) -> 
 
 
 def test_guarded_build_with_torch_fallback_is_an_error_even_when_permissive() -> None:
-    body = '''
+    body = """
     try:
         ext2 = load_inline(name="f", cpp_sources=SRC, functions=["k"])
     except Exception:
@@ -193,7 +198,7 @@ def test_guarded_build_with_torch_fallback_is_an_error_even_when_permissive() ->
             if ext2 is None:
                 return torch.relu(x)
             return ext2.k(x)
-    '''
+    """
     assert analyze_candidate(candidate(body), policy="permissive").flags == ("try_except_fallback",)
 
 

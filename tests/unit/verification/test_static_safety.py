@@ -1,4 +1,4 @@
-"""File-wide Python bans: each snippet, added to an otherwise honest candidate, must raise its flag under every policy."""
+"""File-wide Python bans: each snippet, added to an honest candidate, raises its flag under every policy."""
 
 from __future__ import annotations
 

@@ -1,0 +1,31 @@
+"""Reference Triton solution for l1_gelu: exact erf GELU, one masked block per program."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gelu_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    # Exact GELU: 0.5 * x * (1 + erf(x / sqrt(2))); 0.7071... = 1 / sqrt(2).
+    y = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    tl.store(out_ptr + offs, y, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        # Large blocks on CPU: the interpreter pays per program instance; a GPU wants many small ones.
+        block = 1024 if x.is_cuda else 65536
+        gelu_kernel[(triton.cdiv(n, block),)](x, out, n, BLOCK=block)
+        return out

@@ -1,0 +1,30 @@
+"""Reference Triton solution for l1_sigmoid: logistic sigmoid, one masked block per program."""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sigmoid_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = 1.0 / (1.0 + tl.exp(-x))
+    tl.store(out_ptr + offs, y, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        # Large blocks on CPU: the interpreter pays per program instance; a GPU wants many small ones.
+        block = 1024 if x.is_cuda else 65536
+        sigmoid_kernel[(triton.cdiv(n, block),)](x, out, n, BLOCK=block)
+        return out

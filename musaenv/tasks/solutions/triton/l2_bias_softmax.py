@@ -1,0 +1,68 @@
+"""Reference Triton solution for l2_bias_softmax: softmax(x + bias) per row, the add fused into both passes.
+
+Any row length works (rows are walked in BLOCK-wide chunks); the max is subtracted before exp.
+Each program owns BLOCK_ROWS rows (1 on a GPU, many in the interpreter).
+"""
+
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def bias_softmax_kernel(x_ptr, bias_ptr, out_ptr, n_rows, n_cols, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_mask = rows < n_rows
+    row_off = rows.to(tl.int64)[:, None] * n_cols
+    cols = tl.arange(0, BLOCK)
+    # Pass 1: per-lane running max and rescaled sum (online softmax), merged across lanes afterwards.
+    # m_safe replaces a -inf max by 0 so that lanes that saw only padding never compute inf - inf.
+    m = tl.full([BLOCK_ROWS, BLOCK], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_ROWS, BLOCK], tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        c = start + cols
+        mask = row_mask[:, None] & (c < n_cols)[None, :]
+        x = tl.load(x_ptr + row_off + c[None, :], mask=mask, other=0.0) + tl.load(
+            bias_ptr + c[None, :], mask=(c < n_cols)[None, :], other=0.0
+        )
+        x = tl.where(mask, x, float("-inf"))
+        m_new = tl.maximum(m, x)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s = s * tl.exp(m - m_safe) + tl.exp(x - m_safe)
+        m = m_new
+    row_max = tl.max(m, axis=1)
+    row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
+    row_sum = tl.sum(s * tl.exp(m - row_max[:, None]), axis=1)
+    row_sum = tl.where(row_sum > 0.0, row_sum, 1.0)  # rows past the end only
+    for start in range(0, n_cols, BLOCK):
+        c = start + cols
+        mask = row_mask[:, None] & (c < n_cols)[None, :]
+        x = tl.load(x_ptr + row_off + c[None, :], mask=mask, other=0.0)
+        b = tl.load(bias_ptr + c[None, :], mask=(c < n_cols)[None, :], other=0.0)
+        y = tl.exp(x + b - row_max[:, None]) / row_sum[:, None]
+        tl.store(out_ptr + row_off + c[None, :], y, mask=mask)
+
+
+def _blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[int, int]:
+    """(rows per program, columns per chunk). GPU: one row per program, chunks of at most 4096 columns.
+    CPU interpreter: whole rows and many rows per program, since it pays per program instance."""
+    if x.is_cuda:
+        return 1, min(triton.next_power_of_2(cols), 4096)
+    block = min(triton.next_power_of_2(cols), 1 << 16)
+    return max(1, min(triton.next_power_of_2(rows), (1 << 17) // block)), block
+
+
+class ModelNew(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        # Same parameter, created the same way as the reference, so seeded construction matches it.
+        self.bias = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        rows, cols = x.shape
+        out = torch.empty_like(x)
+        block_rows, block = _blocks(x, rows, cols)
+        bias_softmax_kernel[(triton.cdiv(rows, block_rows),)](x, self.bias.contiguous(), out, rows, cols, BLOCK_ROWS=block_rows, BLOCK=block)
+        return out

@@ -1,0 +1,331 @@
+"""Runtime verification, parent side: turn what the candidate worker observed into flags (numpy only, no torch).
+
+The worker (:mod:`musaenv.verification.runtime_probe`) reports facts: the outermost aten ops of one profiled
+forward, kernel calls per trial, threads, global settings, tampered harness objects, a poisoned repeat of trial 1,
+a run with the last kernel's output overwritten, and a second timing taken with a clock captured before the
+candidate loaded. This module judges them, in the parent, where the candidate cannot reach:
+
+* ``forbidden_aten_op``: aten compute outside the MusaCoder allowlist ran in forward, from Python or from the
+  extension's own C++ (HACKS S1-S5); an error under the ``strict`` policy, a warning plus a coverage number under
+  ``permissive``.
+* ``no_kernel_call``: some call of forward never returned from the candidate's extension (S1-S3).
+* ``output_not_from_kernel``: overwriting the last kernel call's result left the output unchanged (S3).
+* ``output_independent_of_input``: the reference output changed between two trials, the candidate's did not
+  follow (S6, S7).
+* ``nondeterministic``: a repeat of trial 1 after poisoning freed memory fails the reference (S8, S9); a repeat that
+  only differs in bits is the warning ``nondeterministic_bits``.
+* ``thread_started``, ``global_state_changed``, ``timer_tampering``, ``harness_tampering`` (T2, T4, T9, S20).
+* ``suspicious_speedup`` (warning): above the configured ceiling; the speedup is recomputed conservatively.
+
+docs/verification.md lists each defence with its limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from musaenv.config import EvalConfig
+from musaenv.verification.compare import compare_outputs
+
+__all__ = [
+    "ALLOWED_ATEN_OPS",
+    "RUNTIME_FLAGS",
+    "RuntimeFindings",
+    "RuntimeSettings",
+    "assess_runtime",
+    "forbidden_ops",
+    "input_dependence_failures",
+    "is_allowed_aten_op",
+]
+
+# Tensor creation and plumbing that MusaCoder allows in ModelNew.forward (paper appendix, as transcribed in
+# REFERENCES.md), plus the internal names the profiler shows for them (aten::_reshape_alias for reshape,
+# aten::lift_fresh for torch.tensor, aten::_local_scalar_dense for item, ...). Everything else under aten:: is compute.
+ALLOWED_ATEN_OPS = frozenset(
+    """
+    empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones
+    full full_like new_full fill_ zero_ scalar_tensor arange linspace rand rand_like randn randn_like randint
+    randint_like randperm uniform_ normal_ random_ lift lift_fresh lift_fresh_copy
+    view view_as _reshape_alias reshape reshape_as _unsafe_view flatten unflatten squeeze squeeze_ unsqueeze
+    unsqueeze_ permute movedim moveaxis transpose transpose_ t t_ numpy_T mT mH adjoint swapaxes swapdims expand
+    expand_as broadcast_to as_strided as_strided_ select slice narrow split split_with_sizes chunk unbind unfold
+    diagonal alias detach detach_ view_as_real view_as_complex resolve_conj resolve_neg
+    contiguous clone copy_ _copy_from _copy_from_and_resize resize_ resize_as_ to _to_copy type_as
+    item _local_scalar_dense is_nonzero stride size numel dim is_contiguous sym_size sym_stride sym_numel
+    is_same_size result_type _has_compatible_shallow_copy_type
+    _assert_async _assert_scalar _assert_tensor_metadata _functional_assert_async allclose equal
+    """.split()
+)
+
+#: Every flag this module (and the worker's per-trial checks) can raise, with the sentence the policy reads.
+RUNTIME_FLAGS: dict[str, str] = {
+    "forbidden_aten_op": "aten compute outside the tensor-plumbing allowlist ran during forward (S1-S5)",
+    "no_kernel_call": "a call of forward did not run the candidate's compiled kernel (S1-S3)",
+    "output_not_from_kernel": "the output did not change when the last kernel's result was overwritten (S3 decoy)",
+    "output_independent_of_input": "the output did not follow the input where the reference did (S6, S7)",
+    "nondeterministic": "a repeat of the same input after poisoning freed memory failed the reference (S8, S9)",
+    "nondeterministic_bits": "a repeat of the same input gave different bits, within tolerance",
+    "thread_started": "forward started threads (T2) or more threads than the configured intra-op pool",
+    "global_state_changed": "threads, precision or default settings were changed (T9, S17)",
+    "timer_tampering": "the timing clock or its helpers were replaced (T4)",
+    "harness_tampering": "functions of the evaluation harness were replaced (S20)",
+    "profile_unavailable": "the profiler could not observe forward",
+    "suspicious_speedup": "the speedup exceeds the configured ceiling; it was re-measured",
+    "timing_inconsistent": "a second timing with an untouchable clock was much slower than the first",
+}
+
+# Output-dependence thresholds: a correct kernel's trial-to-trial change matches the reference's to ~1e-6 relative
+# (fp32 rounding); a constant or input-free output misses it by ~100 %. 0.5 leaves a wide margin both ways.
+DEPENDENCE_MAX_MISMATCH = 0.5
+REFERENCE_CONSTANT_REL = 1e-6
+# A re-measure this many times slower than the reported median (and by more than the floor) means the first clock
+# was not trustworthy; host noise on a shared machine stays well below 3x for a median of 3-5 calls.
+REMEASURE_FACTOR = 3.0
+REMEASURE_FLOOR_MS = 0.05
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """What the worker checks and how the parent judges it (built from :class:`EvalConfig`).
+
+    Attributes:
+        policy: ``strict``, ``permissive`` or ``off`` for the profiler's aten-op check.
+        checks: The other runtime checks (kernel calls, output provenance and dependence, repeat, threads, timers).
+        suspicious_speedup: Ceiling above which a speedup is reported and recomputed.
+    """
+
+    policy: str = "off"
+    checks: bool = False
+    suspicious_speedup: float = 50.0
+
+    @classmethod
+    def from_config(cls, config: EvalConfig) -> RuntimeSettings:
+        """Settings of ``config`` (``runtime_policy="auto"`` follows ``static_policy``)."""
+        policy = config.static_policy if config.runtime_policy == "auto" else config.runtime_policy
+        return cls(policy, config.runtime_checks, config.suspicious_speedup)
+
+    def to_request(self) -> dict[str, Any]:
+        """The worker's part of the settings (JSON-safe)."""
+        return {"policy": self.policy, "checks": self.checks}
+
+
+@dataclass
+class RuntimeFindings:
+    """What :func:`assess_runtime` concluded: flags decide ``cheating``; warnings and extra are reported."""
+
+    flags: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, flag: str, detail: str, error: bool = True) -> None:
+        """Record one finding (once per flag) with a readable detail."""
+        target = self.flags if error else self.warnings
+        if flag not in target:
+            target.append(flag)
+            self.messages.append(f"{'error' if error else 'warning'}: {RUNTIME_FLAGS.get(flag, flag)}: {detail}")
+
+
+def is_allowed_aten_op(name: str) -> bool:
+    """True for ``aten::`` plumbing ops in :data:`ALLOWED_ATEN_OPS` (and ``aten::_cast_*`` casts)."""
+    short = name.removeprefix("aten::")
+    return short in ALLOWED_ATEN_OPS or short.startswith("_cast_")
+
+
+def forbidden_ops(ops: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The profiled outermost aten ops that are compute (not in the allowlist)."""
+    return [op for op in ops if str(op.get("name", "")).startswith("aten::") and not is_allowed_aten_op(op["name"])]
+
+
+def _profile_findings(profile: Mapping[str, Any], policy: str, out: RuntimeFindings) -> None:
+    if not profile.get("ok"):
+        error = policy == "strict" and bool(profile.get("preflight_ok"))  # it worked before the candidate loaded
+        out.add("profile_unavailable", str(profile.get("error", "no profile"))[:300], error=error)
+        return
+    bad = forbidden_ops(profile.get("ops", []))
+    wall = float(profile.get("wall_us") or 0.0)
+    torch_us = sum(float(op.get("cpu_us", 0.0)) for op in bad)
+    cov: dict[str, Any] = {"cpu": None if wall <= 0 else round(max(0.0, 1.0 - torch_us / wall), 4)}
+    dev_total = profile.get("device_total_us")
+    if dev_total:
+        dev_bad = sum(float(op.get("device_us", 0.0)) for op in bad)
+        cov["device"] = round(max(0.0, 1.0 - dev_bad / float(dev_total)), 4)
+    out.extra["coverage"] = cov
+    out.extra["forbidden_ops"] = sorted({str(op["name"]) for op in bad})
+    if bad:
+        names = ", ".join(out.extra["forbidden_ops"][:8])
+        out.add("forbidden_aten_op", f"{names} (custom-kernel coverage {cov['cpu']})", error=policy == "strict")
+
+
+def _bits_equal(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(a, b)
+    )
+
+
+def _mismatch(c_i: np.ndarray, c_j: np.ndarray, r_i: np.ndarray, r_j: np.ndarray) -> float | None:
+    """Relative miss of the candidate's trial-to-trial change against the reference's; None if the ref is constant."""
+    r_i, r_j = r_i.astype(np.float64).ravel(), r_j.astype(np.float64).ravel()
+    keep = np.isfinite(r_i) & np.isfinite(r_j)
+    d_ref = r_i[keep] - r_j[keep]
+    scale = max(float(np.linalg.norm(r_i[keep])), float(np.linalg.norm(r_j[keep])))
+    ref_change = float(np.linalg.norm(d_ref))
+    if d_ref.size == 0 or ref_change <= REFERENCE_CONSTANT_REL * scale or ref_change == 0.0:
+        return None
+    d_c = c_i.astype(np.float64).ravel()[keep] - c_j.astype(np.float64).ravel()[keep]
+    return float(np.linalg.norm(d_c - d_ref)) / ref_change
+
+
+def input_dependence_failures(
+    cand: Sequence[Sequence[np.ndarray]], ref: Sequence[Sequence[np.ndarray]], usable: Sequence[bool]
+) -> list[str]:
+    """Output indices (with trial pairs) whose change between two usable trials does not follow the reference's.
+
+    Args:
+        cand: Candidate outputs per trial.
+        ref: Reference outputs per trial (same inputs).
+        usable: Per trial, whether it may be used (it passed the comparison).
+    """
+    found: list[str] = []
+    idx = [i for i, ok in enumerate(usable) if ok and i < len(cand) and i < len(ref)]
+    for a_pos, i in enumerate(idx):
+        for j in idx[a_pos + 1 :]:
+            if len(cand[i]) != len(cand[j]) or len(ref[i]) != len(ref[j]):
+                continue
+            for k, (ci, cj, ri, rj) in enumerate(zip(cand[i], cand[j], ref[i], ref[j])):
+                if ci.shape != cj.shape or ri.shape != rj.shape or ci.shape != ri.shape:
+                    continue
+                miss = _mismatch(ci, cj, ri, rj)
+                if miss is not None and miss > DEPENDENCE_MAX_MISMATCH:
+                    found.append(f"output {k}, trials {i + 1} and {j + 1}: change misses the reference's by {miss:.0%}")
+    return found
+
+
+def _repeat_findings(
+    repeat: Sequence[np.ndarray], first: Sequence[np.ndarray], ref: Sequence[np.ndarray], tol: tuple[float, float]
+) -> tuple[str, str] | None:
+    if _bits_equal(repeat, first):
+        return None
+    cmp = compare_outputs(list(repeat), list(ref), tol[0], tol[1])
+    if not cmp.passed:
+        return "nondeterministic", f"trial 1 repeated after poisoning freed memory: {cmp.reason}"
+    return "nondeterministic_bits", f"trial 1 repeated: max abs error {cmp.max_abs_error:.3g} (within tolerance)"
+
+
+def _state_findings(msg: Mapping[str, Any], out: RuntimeFindings, where: str) -> None:
+    threads = msg.get("threads") or {}
+    if int(threads.get("max_seen", 0)) > int(threads.get("base", 0)) > 0:
+        out.add("thread_started", f"{threads['base']} threads before, {threads['max_seen']} {where}")
+    if msg.get("global_state"):
+        out.add("global_state_changed", ", ".join(map(str, msg["global_state"])) + f" ({where})")
+    tampered = msg.get("tampered") or {}
+    for kind in ("timer", "harness"):
+        if tampered.get(kind):
+            out.add(f"{kind}_tampering", "replaced: " + ", ".join(map(str, tampered[kind][:6])))
+
+
+def _trial_findings(
+    msg: Mapping[str, Any],
+    arrays: Sequence[np.ndarray],
+    cand: Sequence[Sequence[np.ndarray]],
+    ref: Sequence[Sequence[np.ndarray]],
+    passed: Sequence[bool],
+    tol: tuple[float, float],
+    out: RuntimeFindings,
+) -> None:
+    calls = msg.get("kernel_calls")
+    if calls is not None:
+        out.extra["kernel_calls"] = list(calls)
+        missing = [i + 1 for i, n in enumerate(calls) if int(n) <= 0]
+        if missing:
+            out.add("no_kernel_call", f"no extension call returned during trial(s) {missing}")
+    _state_findings(msg, out, "after the trials")
+    n_rep, n_pert = int(msg.get("repeat_outputs", 0)), int(msg.get("perturb_outputs", 0))
+    first_ok = bool(passed) and passed[0] and bool(cand) and bool(ref)
+    if n_rep and first_ok:
+        found = _repeat_findings(arrays[:n_rep], cand[0], ref[0], tol)
+        if found:
+            out.add(found[0], found[1], error=found[0] == "nondeterministic")
+    if n_pert and first_ok and _bits_equal(arrays[n_rep : n_rep + n_pert], cand[0]):
+        out.add("output_not_from_kernel", "trial 1 gave the same bits with the last kernel call's result overwritten")
+    out.extra["perturb"] = msg.get("perturb_note", "")
+    misses = input_dependence_failures(cand, ref, passed)
+    if misses:
+        out.add("output_independent_of_input", "; ".join(misses[:3]))
+
+
+def assess_runtime(
+    reports: Mapping[str, Mapping[str, Any]],
+    arrays: Sequence[np.ndarray],
+    cand: Sequence[Sequence[np.ndarray]],
+    ref: Sequence[Sequence[np.ndarray]],
+    passed: Sequence[bool],
+    tol: tuple[float, float],
+    settings: RuntimeSettings,
+) -> RuntimeFindings:
+    """Judge the worker's runtime reports.
+
+    Args:
+        reports: The worker's ``runtime`` messages by phase (``trials``, ``timing``); empty when it sent none.
+        arrays: Arrays of the ``trials`` report: the poisoned repeat's outputs, then the perturbed run's.
+        cand: Candidate outputs per correctness trial.
+        ref: Reference outputs per correctness trial.
+        passed: Per trial, whether it passed the comparison.
+        tol: (atol, rtol).
+        settings: :class:`RuntimeSettings` of this evaluation.
+    """
+    out = RuntimeFindings()
+    trials = reports.get("trials")
+    if trials is None:
+        return out
+    if settings.policy != "off" and trials.get("profile") is not None:
+        _profile_findings(trials["profile"], settings.policy, out)
+    if settings.checks:
+        _trial_findings(trials, arrays, cand, ref, passed, tol, out)
+        timing = reports.get("timing")
+        if timing is not None:
+            _timing_findings(timing, out)
+    return out
+
+
+def _timing_findings(msg: Mapping[str, Any], out: RuntimeFindings) -> None:
+    calls, timed = msg.get("kernel_calls"), int(msg.get("forward_calls", 0))
+    if calls is not None and int(calls) < timed:
+        out.add("no_kernel_call", f"{calls} extension calls returned during {timed} timed forward calls")
+    _state_findings(msg, out, "after timing")
+
+
+def checked_speedup(
+    speedup: float | None,
+    ref_ms: float | None,
+    median_ms: float,
+    remeasure_ms: Sequence[float],
+    settings: RuntimeSettings,
+    out: RuntimeFindings,
+) -> float | None:
+    """The speedup to report: recomputed from the slower of the two measurements when it is suspicious.
+
+    Suspicious means above ``settings.suspicious_speedup``, or a re-measure (clock captured before the candidate
+    loaded) more than :data:`REMEASURE_FACTOR` times slower than the reported median.
+    """
+    if speedup is None or ref_ms is None:
+        return speedup
+    second = float(np.median(remeasure_ms)) if len(remeasure_ms) else None
+    if second is not None:
+        out.extra["remeasure_ms"] = round(second, 6)
+    slow = second is not None and second > REMEASURE_FACTOR * median_ms and second - median_ms > REMEASURE_FLOOR_MS
+    if slow:
+        out.add("timing_inconsistent", f"median {median_ms:.4g} ms, re-measured {second:.4g} ms", error=False)
+    if speedup > settings.suspicious_speedup:
+        out.add("suspicious_speedup", f"{speedup:.1f}x > {settings.suspicious_speedup:g}x", error=False)
+    elif not slow:
+        return speedup
+    if second is None or second <= 0:
+        return speedup
+    checked = ref_ms / max(median_ms, second)
+    out.messages.append(f"speedup re-measured: {speedup:.3g}x reported, {checked:.3g}x counted")
+    return checked
