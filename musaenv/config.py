@@ -74,7 +74,9 @@ class TimingConfig(_Config):
         repeats: Timed calls; the median is reported (KernelBench uses 100 on GPU; fewer on the CPU tier).
         max_time_s: Stop timing early once this much wall time was spent (at least 3 calls are kept).
         flush_cache: Evict caches before each timed call (a buffer larger than the last-level cache).
-        flush_bytes: Size of the eviction buffer (KernelBench flushes 256 MB of L2 on GPU).
+        flush_bytes: Size of the eviction buffer; ``None`` = 32 MB on the CPU (more than this tier's caches) and
+            256 MB on GPUs (KernelBench's L2 flush size; larger than an H100/H200 L2).
+        baseline: Reference baseline timed for the speedup: ``eager`` or ``compile`` (``torch.compile``).
         cpu_threads: Intra-op threads for both reference and candidate on the CPU backend.
         enabled: When False, correctness only; speedup is ``None``.
     """
@@ -83,7 +85,8 @@ class TimingConfig(_Config):
     repeats: int = 20
     max_time_s: float = 5.0
     flush_cache: bool = True
-    flush_bytes: int = 32 * 1024 * 1024
+    flush_bytes: int | None = None
+    baseline: str = "eager"
     cpu_threads: int = 1
     enabled: bool = True
 
@@ -92,7 +95,14 @@ class TimingConfig(_Config):
         _require(self.warmup >= 0, n, "warmup >= 0", self.warmup, "Use 0 to skip warm-up.")
         _require(self.repeats >= 1, n, "repeats >= 1", self.repeats, "Use enabled=False to skip timing.")
         _require(self.max_time_s > 0, n, "max_time_s > 0", self.max_time_s, "Give a positive budget.")
-        _require(self.flush_bytes >= 0, n, "flush_bytes >= 0", self.flush_bytes, "Use 0 for no flush.")
+        _require(
+            self.flush_bytes is None or self.flush_bytes >= 0,
+            n,
+            "flush_bytes None or >= 0",
+            self.flush_bytes,
+            "Use 0 for no flush, None for the device default.",
+        )
+        _require(self.baseline in ("eager", "compile"), n, "baseline eager/compile", self.baseline, "")
         _require(self.cpu_threads >= 1, n, "cpu_threads >= 1", self.cpu_threads, "Use 1 for single-core timing.")
 
 

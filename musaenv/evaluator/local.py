@@ -67,6 +67,9 @@ class LocalEvaluator:
         t = self.config.timing
         if not t.enabled:
             return None
+        flush = t.flush_bytes
+        if flush is None:
+            flush = (32 if self.backend.device == "cpu" else 256) * 1024 * 1024
         return {
             "seed": plan.timing_seed,
             "pool": plan.timing_pool,
@@ -74,7 +77,8 @@ class LocalEvaluator:
             "warmup": t.warmup,
             "repeats": t.repeats,
             "max_time_s": t.max_time_s,
-            "flush_bytes": t.flush_bytes if t.flush_cache else 0,
+            "flush_bytes": flush if t.flush_cache else 0,
+            "baseline": t.baseline,
         }
 
     def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> dict[str, Any]:
