@@ -32,6 +32,8 @@ class CandidateRun:
         warnings: Warning flags the worker raised.
         flags: Cheating flags raised while driving (protocol violations).
         sandbox: The sandbox report the worker sent.
+        runtime: The worker's runtime-check reports by phase (``trials``, ``timing``; docs/verification.md).
+        runtime_arrays: Arrays of the ``trials`` report (repeat and perturbed-run outputs).
     """
 
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
@@ -45,6 +47,8 @@ class CandidateRun:
     warnings: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     sandbox: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runtime_arrays: list[np.ndarray] = field(default_factory=list)
 
 
 def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
@@ -85,6 +89,10 @@ def _handle(msg: dict[str, Any], arrays: list[np.ndarray], run: CandidateRun) ->
         run.trials.append((arrays, [str(d) for d in msg.get("dtypes", [])], [str(f) for f in msg.get("flags", [])]))
     elif kind == "timing":
         run.timing = (msg, arrays)
+    elif kind == "runtime" and msg.get("phase") in ("trials", "timing") and msg["phase"] not in run.runtime:
+        run.runtime[str(msg["phase"])] = msg
+        if msg["phase"] == "trials":
+            run.runtime_arrays = arrays
     elif kind == "result":
         run.builds = list(msg.get("builds") or [])
         run.warnings = [str(w) for w in msg.get("warnings") or []]

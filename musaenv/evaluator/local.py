@@ -19,6 +19,7 @@ from musaenv.evaluator.verdict import judge
 from musaenv.tasks.parsing import extract_candidate
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
+from musaenv.verification.runtime import RuntimeSettings
 
 __all__ = ["LocalEvaluator"]
 
@@ -98,6 +99,7 @@ class LocalEvaluator:
             "allow_processes": self.backend.name == "triton" and self.backend.device != "cpu",
             "workdir": str(worker.workdir),
             "sandbox": self.config.sandbox.to_dict(),
+            "runtime": RuntimeSettings.from_config(self.config).to_request(),
         }
 
     def _tolerances(self, task: Task) -> tuple[float, float]:
@@ -145,24 +147,27 @@ class LocalEvaluator:
             rtol=rtol,
             log_chars=self.config.log_chars,
             static_warnings=static,
+            runtime=RuntimeSettings.from_config(self.config),
         )
 
     def _static(self, code: str) -> EvalResult | tuple[str, ...]:
-        """Static checks: a verdict when they refuse the candidate, else the warning flags."""
-        if self.config.static_policy == "off":
-            return ()
+        """Static checks: a verdict when they refuse the candidate, else the warning flags.
+
+        Policy ``off`` skips only the compute checks; the safety bans (exec, processes, network, ...) always run.
+        """
         from musaenv.verification.static_py import analyze_candidate
 
         report = analyze_candidate(code, policy=self.config.static_policy, backend=self.backend.name)
-        if report.errors:
-            stage = Stage.FORMAT_ERROR if any(f.flag == "syntax_error" for f in report.errors) else Stage.CHEATING
-            return EvalResult(
-                stage=stage,
-                flags=tuple(dict.fromkeys(f.flag for f in report.errors)),
-                messages=tuple(f.message for f in report.errors),
-                warnings=tuple(dict.fromkeys(f.flag for f in report.findings if f.severity != "error")),
-            )
-        return tuple(dict.fromkeys(f.flag for f in report.findings))
+        if not report.errors:
+            return tuple(report.warning_flags)
+        # Unparseable sources are a format problem, not a cheat.
+        unparseable = all(f.flag in ("syntax_error", "too_complex") for f in report.errors)
+        return EvalResult(
+            stage=Stage.FORMAT_ERROR if unparseable else Stage.CHEATING,
+            flags=tuple(report.flags),
+            messages=tuple(report.messages),
+            warnings=tuple(report.warning_flags),
+        )
 
     def _run_candidate(self, task: Task, code: str, plan: EvalPlan) -> CandidateRun:
         worker = self._take_worker()

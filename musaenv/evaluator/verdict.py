@@ -8,6 +8,7 @@ from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.types import EvalResult, Stage, TimingStats
 from musaenv.verification.compare import compare_outputs, trivial_output_passes
+from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
 __all__ = ["judge"]
 
@@ -30,21 +31,23 @@ def _truncate(text: str, limit: int) -> str:
 
 def _compare_trials(
     run: CandidateRun, ref: RefOutputs, atol: float, rtol: float
-) -> tuple[int, float | None, float | None, list[str], list[str]]:
+) -> tuple[int, float | None, float | None, list[str], list[str], list[bool]]:
     passed, worst_abs, worst_rel = 0, None, None
     messages: list[str] = []
     flags: list[str] = []
+    mask: list[bool] = []
     for i, ((arrays, dtypes, tflags), (rarr, rdt)) in enumerate(zip(run.trials, ref.trials)):
         flags.extend(f for f in tflags if f not in flags)
         cmp = compare_outputs(arrays, rarr, atol, rtol, dtypes, rdt)
         if cmp.max_abs_error is not None:
             worst_abs = max(worst_abs or 0.0, cmp.max_abs_error)
             worst_rel = max(worst_rel or 0.0, cmp.max_rel_error or 0.0)
+        mask.append(cmp.passed and not tflags)
         if cmp.passed and not tflags:
             passed += 1
         elif cmp.reason and len(messages) < 3:
             messages.append(f"trial {i + 1}: {cmp.reason}")
-    return passed, worst_abs, worst_rel, messages, flags
+    return passed, worst_abs, worst_rel, messages, flags, mask
 
 
 def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bool:
@@ -72,8 +75,13 @@ def judge(
     rtol: float,
     log_chars: int,
     static_warnings: Sequence[str] = (),
+    runtime: RuntimeSettings | None = None,
 ) -> EvalResult:
-    """Assemble the verdict of a candidate run (``ref`` is ``None`` when the candidate never produced outputs)."""
+    """Assemble the verdict of a candidate run (``ref`` is ``None`` when the candidate never produced outputs).
+
+    ``runtime`` says how the worker's runtime reports are judged (:mod:`musaenv.verification.runtime`); ``None``
+    judges only what the worker reported with the default speedup ceiling.
+    """
     base = EvalResult(
         stage=Stage.INFRA_ERROR,
         task_id=task_id,
@@ -86,8 +94,11 @@ def judge(
         extra={"builds": run.builds, "sandbox": run.sandbox},
     )
     if run.infra_log:
-        return base.replace(stage=Stage.INFRA_ERROR, messages=("the build service failed (not the candidate)",),
-                            runtime_log=_truncate(run.infra_log, log_chars))
+        return base.replace(
+            stage=Stage.INFRA_ERROR,
+            messages=("the build service failed (not the candidate)",),
+            runtime_log=_truncate(run.infra_log, log_chars),
+        )
     if run.failure is not None:
         stage, text = run.failure
         is_compile = stage == "compile_error"
@@ -105,33 +116,53 @@ def judge(
             messages=(f"compiled for {backend}; no {backend} device here, so correctness and timing were not run",),
         )
     assert ref is not None
-    passed, worst_abs, worst_rel, messages, flags = _compare_trials(run, ref, atol, rtol)
+    settings = runtime or RuntimeSettings(policy="strict", checks=True)
+    passed, worst_abs, worst_rel, messages, flags, mask = _compare_trials(run, ref, atol, rtol)
     if ref.trials and all(trivial_output_passes(r, atol, rtol) for r, _ in ref.trials):
         base = base.replace(warnings=(*base.warnings, "degenerate_task_zeros_pass"))
+    cand = [arrays for arrays, _, _ in run.trials]
+    rt = assess_runtime(run.runtime, run.runtime_arrays, cand, [r for r, _ in ref.trials], mask, (atol, rtol), settings)
     result = base.replace(
         trials_passed=passed,
         trials_total=len(ref.trials),
         max_abs_error=worst_abs,
         max_rel_error=worst_rel,
-        warnings=(*base.warnings, *run.warnings),
+        extra={**base.extra, "runtime": rt.extra},
     )
     if passed == len(ref.trials) and not _recheck(run, ref, atol, rtol):
         flags.append("timed_output_mismatch")
+    flags.extend(f for f in rt.flags if f not in flags)
     if flags:
-        notes = tuple(WORKER_FLAGS.get(f, f) for f in flags)
-        return result.replace(stage=Stage.CHEATING, flags=tuple(flags), messages=notes + tuple(messages))
+        notes = tuple(WORKER_FLAGS.get(f, f) for f in flags if f not in rt.flags)
+        return _finish(result, rt, run).replace(
+            stage=Stage.CHEATING, flags=tuple(flags), messages=notes + tuple(rt.messages) + tuple(messages)
+        )
     if passed < len(ref.trials):
-        return result.replace(stage=Stage.INCORRECT, messages=tuple(messages))
-    return _with_timing(result.replace(stage=Stage.CORRECT), run, ref)
+        return _finish(result, rt, run).replace(stage=Stage.INCORRECT, messages=tuple(rt.messages + messages))
+    timed = _with_timing(result.replace(stage=Stage.CORRECT), run, ref, rt, settings)
+    return _finish(timed, rt, run).replace(messages=tuple(rt.messages))
 
 
-def _with_timing(result: EvalResult, run: CandidateRun, ref: RefOutputs) -> EvalResult:
+def _finish(result: EvalResult, rt: RuntimeFindings, run: CandidateRun) -> EvalResult:
+    """Add the worker's and the runtime checks' warnings (after timing, which may add some)."""
+    warnings = list(result.warnings)
+    warnings.extend(w for w in (*run.warnings, *rt.warnings) if w not in warnings)
+    return result.replace(warnings=tuple(warnings), extra={**result.extra, "runtime": rt.extra})
+
+
+def _with_timing(
+    result: EvalResult, run: CandidateRun, ref: RefOutputs, rt: RuntimeFindings, settings: RuntimeSettings
+) -> EvalResult:
     if run.timing is None:
         return result
     stats = TimingStats.from_samples([float(x) for x in run.timing[0]["samples_ms"]])
     speedup = None
     if ref.timing is not None and stats.median_ms > 0:
         speedup = ref.timing.median_ms / stats.median_ms
+        remeasure = (run.runtime.get("timing") or {}).get("remeasure_ms") or []
+        speedup = checked_speedup(
+            speedup, ref.timing.median_ms, stats.median_ms, [float(x) for x in remeasure], settings, rt
+        )
     return result.replace(
         timing=stats,
         runtime_ms=stats.median_ms,

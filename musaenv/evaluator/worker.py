@@ -10,6 +10,7 @@ requests, in a process no candidate has touched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -29,7 +30,8 @@ from musaenv.evaluator.harness import (
     to_device,
 )
 from musaenv.evaluator.loader_hook import BuildFailedError, install_loader_hook
-from musaenv.timing.timers import DeviceClock, clone_args, time_forward
+from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, time_forward
+from musaenv.verification.runtime_probe import RuntimeGuard, watch_targets
 
 TRACEBACK_CHARS = 6000
 
@@ -86,7 +88,13 @@ def _send_trial(chan: Channel, index: int, outs: list[Any], flags: list[str]) ->
 
 
 def _run_trials(
-    chan: Channel, req: dict[str, Any], program: ProgramModule, model_cls: Any, device: torch.device, guarded: bool
+    chan: Channel,
+    req: dict[str, Any],
+    program: ProgramModule,
+    model_cls: Any,
+    device: torch.device,
+    guarded: bool,
+    probe: RuntimeGuard | None = None,
 ) -> dict[int, Any]:
     """Run every trial; returns the model built for each shape index (reused for timing)."""
     models: dict[int, Any] = {}
@@ -99,15 +107,39 @@ def _run_trials(
             models[k] = model_cls(*init).to(device)
         inputs = to_device(program.inputs(int(trial["seed"])), device)
         private = clone_args(inputs) if guarded else inputs
+        if probe is not None:
+            probe.before_call()
         with torch.no_grad():
             outs = flatten_outputs(models[k](*private))
         DeviceClock(str(device)).sync()
+        if probe is not None:
+            probe.after_call(outs)
         flags = _check_outputs(outs, private, inputs) if guarded else []
         _send_trial(chan, index, outs, flags)
     return models
 
 
-def _run_timing(chan: Channel, req: dict[str, Any], program: ProgramModule, model: Any, device: torch.device) -> None:
+def _runtime_extras(
+    chan: Channel, req: dict[str, Any], program: ProgramModule, models: dict[int, Any], guard: RuntimeGuard
+) -> None:
+    """Profiled and poisoned repeat of trial 1, perturbed run; sends the ``runtime`` report (docs/verification.md)."""
+    first = req["trials"][0]
+    k = int(first["shape_index"])
+    device = guard.device
+
+    def make_args() -> list[Any]:
+        program.apply_shape(req["shapes"][k])
+        return clone_args(to_device(program.inputs(int(first["seed"])), device))
+
+    report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array)
+    if len(report) > 2:  # more than type and phase: something was checked
+        chan.send(report, arrays)
+
+
+def _run_timing(
+    chan: Channel, req: dict[str, Any], program: ProgramModule, model: Any, device: torch.device
+) -> tuple[TimedRun, list[list[Any]]]:
+    """Time ``model`` on the timing pool; sends the ``timing`` message, returns the run and the pool."""
     t = req["timing"]
     program.apply_shape(req["shapes"][0])
     pool = [to_device(program.inputs(int(t["seed"]) + i), device) for i in range(int(t["pool"]))]
@@ -140,6 +172,7 @@ def _run_timing(chan: Channel, req: dict[str, Any], program: ProgramModule, mode
         },
         arrays,
     )
+    return run, pool
 
 
 def _thread_count() -> int:
@@ -160,8 +193,12 @@ def _enter_sandbox(req: dict[str, Any]) -> dict[str, Any]:
         return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
     # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
     allow_processes = bool(req.get("allow_processes", False))
-    report = enter_sandbox(SandboxConfig.from_dict(req["sandbox"]), Path(req["workdir"]),
-                           block_processes=not allow_processes, block_exec=not allow_processes)
+    report = enter_sandbox(
+        SandboxConfig.from_dict(req["sandbox"]),
+        Path(req["workdir"]),
+        block_processes=not allow_processes,
+        block_exec=not allow_processes,
+    )
     return dict(report.to_dict())
 
 
@@ -187,11 +224,61 @@ def _wait_for_go(chan: Channel) -> None:
         raise CandidateFailure("infra_error", f"expected the parent's go-ahead, got {msg.get('type')!r}")
 
 
+def _watch() -> dict[str, tuple[str, Any, str]]:
+    """Harness objects whose replacement is tampering: this module's functions, the harness, timers, channel."""
+    from musaenv.evaluator import harness
+    from musaenv.timing import timers
+
+    g = globals()
+    ours = {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")) in (__name__, "musaenv")}
+    ours |= {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")).startswith("musaenv.")}
+    watch: dict[str, tuple[str, Any, str]] = {f"worker.{n}": ("harness", g, n) for n in sorted(ours)}
+    watch.update({f"harness.{n}": ("harness", harness, n) for n in harness.__all__})
+    watch.update({f"timers.{n}": ("timer", timers, n) for n in (*timers.__all__, "time")})
+    watch.update({f"DeviceClock.{n}": ("timer", DeviceClock, n) for n in ("sync", "events")})
+    watch.update({f"Channel.{n}": ("harness", Channel, n) for n in ("send", "recv")})
+    return watch_targets(watch)
+
+
+def _trials_phase(
+    chan: Channel, req: dict[str, Any], program: ProgramModule, model_cls: Any, state: Any, guard: RuntimeGuard
+) -> dict[int, Any]:
+    try:
+        models = _run_trials(chan, req, program, model_cls, guard.device, guarded=True, probe=guard)
+    except BuildFailedError:
+        raise CandidateFailure("compile_error", state.failed[-1]) from None
+    except BaseException as e:
+        raise CandidateFailure("runtime_error", _format_exc(e)) from None
+    try:
+        _runtime_extras(chan, req, program, models, guard)
+    except BaseException as e:  # it passed the same input a moment ago
+        raise CandidateFailure(
+            "runtime_error", "while repeating trial 1 for the runtime checks:\n" + _format_exc(e)
+        ) from None
+    return models
+
+
+def _timing_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, model: Any, guard: RuntimeGuard) -> None:
+    chan.send({"type": "stage", "name": "timing"})
+    guard.start_timing()
+    t = req["timing"]
+    try:
+        run, pool = _run_timing(chan, req, program, model, guard.device)
+        timed_calls = int(t["warmup"]) + len(run.samples_ms)
+        report = guard.finish_timing(model, pool, timed_calls, int(t["flush_bytes"]), int(t["repeats"]))
+    except BaseException as e:
+        raise CandidateFailure("runtime_error", "while timing:\n" + _format_exc(e)) from None
+    if len(report) > 2:
+        chan.send(report)
+
+
 def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     """Evaluate one candidate and report outputs and timings to the parent."""
     device = _configure(req)
     program = ProgramModule(load_program(req["task_source"], "reference_inputs", "<reference>"))
     state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
+    # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
+    guard = RuntimeGuard(req.get("runtime"), device, state.calls, _watch(), count_calls=req["backend"] != "triton")
     sandbox = _enter_sandbox(req)
     chan.send({"type": "stage", "name": "load", "sandbox": sandbox})
     try:
@@ -203,21 +290,12 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
         chan.send({"type": "stage", "name": "trials"})
         _wait_for_go(chan)  # the parent grants the device: runs never overlap, builds do
         threads_before = _thread_count()
-        try:
-            models = _run_trials(chan, req, program, model_cls, device, guarded=True)
-        except BuildFailedError:
-            raise CandidateFailure("compile_error", state.failed[-1]) from None
-        except BaseException as e:
-            raise CandidateFailure("runtime_error", _format_exc(e)) from None
-        warnings = []
+        models = _trials_phase(chan, req, program, model_cls, state, guard)
         if req.get("timing"):
-            chan.send({"type": "stage", "name": "timing"})
-            try:
-                _run_timing(chan, req, program, models[0], device)
-            except BaseException as e:
-                raise CandidateFailure("runtime_error", "while timing:\n" + _format_exc(e)) from None
-        if _thread_count() > threads_before + 1:
-            warnings.append("thread_count_grew")
+            _timing_phase(chan, req, program, models[0], guard)
+        warnings = []
+        if not guard.checks and _thread_count() > threads_before + 1:
+            warnings.append("thread_count_grew")  # with runtime checks on, the parent judges thread_started
         chan.send({"type": "result", "builds": state.builds, "warnings": warnings})
     except CandidateFailure as f:
         chan.send({"type": "result", "builds": state.builds, "failure": {"stage": f.stage, "log": f.log}})
@@ -226,10 +304,8 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
 def _instantiate_for_builds(program: ProgramModule, req: dict[str, Any], model_cls: Any, state: Any) -> None:
     """Compile-only: run the constructor so builds made in ``__init__`` are checked too."""
     program.apply_shape(req["shapes"][0])
-    try:
+    with contextlib.suppress(BaseException):  # no device here: a constructor that touches it fails after its builds
         model_cls(*program.init_inputs(req["init_seed"]))
-    except BaseException:  # no device here: a constructor that touches it fails after its builds
-        pass
     if state.failed:
         raise CandidateFailure("compile_error", state.failed[-1])
 

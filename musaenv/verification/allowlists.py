@@ -339,6 +339,7 @@ CPP_TORCH_PLUMBING = frozenset(
 #: Prefixes (after the torch namespace) of plumbing: vectorisation helpers, enum members.
 CPP_TORCH_PLUMBING_PREFIXES = (
     "vec::", "ScalarType::", "Layout::", "MemoryFormat::", "DeviceType::", "Half::", "BFloat16::", "detail::TypeMeta",
+    "indexing::", "internal::GRAIN_SIZE", "cuda::device_synchronize", "cuda::stream_synchronize",
 )  # fmt: skip
 #: Names after the torch namespace with a flag of their own (prefix match on ``::`` boundaries).
 CPP_TORCH_SPECIAL: dict[str, str] = {

@@ -6,10 +6,11 @@ A finding is data about a candidate, never an exception. ``error`` findings deci
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BACKENDS", "ERROR", "FLAG_DESCRIPTIONS", "POLICIES", "WARNING", "Finding", "StaticReport"]
+__all__ = ["BACKENDS", "ERROR", "FLAG_DESCRIPTIONS", "POLICIES", "WARNING", "Finding", "StaticReport", "describe"]
 
 ERROR = "error"
 WARNING = "warning"
@@ -85,6 +86,11 @@ class Finding:
     def from_dict(cls, d: dict[str, Any]) -> Finding:
         """Inverse of :meth:`to_dict`."""
         return cls(flag=d["flag"], severity=d["severity"], message=d["message"], line=d.get("line"))
+
+
+def describe(flag: str) -> str:
+    """What ``flag`` means, in words fit for feedback (without the HACKS.md references)."""
+    return re.sub(r"\s*\[[^\]]*\]$", "", FLAG_DESCRIPTIONS.get(flag, flag.replace("_", " ")))
 
 
 def _unique(items: list[str]) -> tuple[str, ...]:

@@ -58,7 +58,7 @@ ALLOWED_ATEN_OPS = frozenset(
     item _local_scalar_dense is_nonzero stride size numel dim is_contiguous sym_size sym_stride sym_numel
     is_same_size result_type _has_compatible_shallow_copy_type
     _assert_async _assert_scalar _assert_tensor_metadata _functional_assert_async allclose equal
-    """.split()
+    """.split()  # noqa: SIM905 - a word list reads better than 110 literals
 )
 
 #: Every flag this module (and the worker's per-trial checks) can raise, with the sentence the policy reads.
@@ -218,8 +218,12 @@ def _repeat_findings(
 
 def _state_findings(msg: Mapping[str, Any], out: RuntimeFindings, where: str) -> None:
     threads = msg.get("threads") or {}
+    # Only validated on the CPU backend so far: a GPU runtime may start helper threads lazily, so there it warns.
+    on_cpu = msg.get("device_type", "cpu") == "cpu"
     if int(threads.get("max_seen", 0)) > int(threads.get("base", 0)) > 0:
-        out.add("thread_started", f"{threads['base']} threads before, {threads['max_seen']} {where}")
+        out.add("thread_started", f"{threads['base']} threads before, {threads['max_seen']} {where}", error=on_cpu)
+    if threads.get("overuse"):
+        out.add("thread_started", "; ".join(map(str, threads["overuse"])) + f" ({where})", error=on_cpu)
     if msg.get("global_state"):
         out.add("global_state_changed", ", ".join(map(str, msg["global_state"])) + f" ({where})")
     tampered = msg.get("tampered") or {}

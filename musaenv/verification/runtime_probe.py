@@ -152,11 +152,15 @@ def _lookup(owner: Any, attr: str) -> Any:
     return owner.get(attr) if isinstance(owner, Mapping) else getattr(owner, attr, None)
 
 
-def _perturb(t: torch.Tensor, gen: torch.Generator) -> bool:
+def _perturb(t: torch.Tensor, gens: dict[str, torch.Generator]) -> bool:
     """Overwrite ``t`` in place with values unrelated to its own; False when it cannot be written."""
     try:
         if t.is_floating_point():
-            t.uniform_(3.0, 5.0, generator=gen)  # outside what any trial's check could accept by chance
+            key = str(t.device)
+            if key not in gens:
+                gens[key] = torch.Generator(device=t.device)
+                gens[key].manual_seed(0x5EED)
+            t.uniform_(3.0, 5.0, generator=gens[key])  # a fixed band unrelated to the kernel's values
         elif t.dtype == torch.bool:
             t.logical_not_()
         elif not t.is_complex():
@@ -169,30 +173,217 @@ def _perturb(t: torch.Tensor, gen: torch.Generator) -> bool:
 
 
 class _Perturber:
-    """Call hook that overwrites the results and tensor arguments of one extension call, restoring them later."""
+    """Call hook that overwrites the results and tensor arguments of one extension call, restoring them later.
+
+    The overwritten call is the last one of a forward: in a candidate whose kernels produce the output, the output
+    is that call's result (or an argument it wrote) passed through plumbing, so it must change.
+    """
 
     def __init__(self, target: int) -> None:
         self.target = target
         self.hit = 0
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.gen = torch.Generator()
-        self.gen.manual_seed(0x5EED)
+        self.gens: dict[str, torch.Generator] = {}
 
     def __call__(self, count: int, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
         if count != self.target:
             return
-        seen: set[int] = set()
-        for t in [*_tensors(result), *_tensors(list(args)), *_tensors(kwargs)]:
-            if t.numel() == 0 or (t.data_ptr(), t.numel()) in seen:
-                continue
-            seen.add(id(t))
-            backup = t.detach().clone()
-            if _perturb(t.detach() if t.device.type == "cpu" else t.detach(), self.gen.device and self.gen):
-                self.saved.append((t, backup))
-                self.hit += 1
+        seen: set[tuple[int, int]] = set()
+        with torch.no_grad():
+            for t in [*_tensors(result), *_tensors(list(args)), *_tensors(kwargs)]:
+                key = (t.data_ptr(), t.numel())
+                if t.numel() == 0 or key in seen:
+                    continue
+                seen.add(key)
+                backup = t.detach().clone()
+                if _perturb(t.detach(), self.gens):
+                    self.saved.append((t, backup))
+                    self.hit += 1
 
     def restore(self) -> None:
+        """Put back every overwritten tensor (model weights among the arguments must survive)."""
         with torch.no_grad():
             for t, backup in reversed(self.saved):
                 t.detach().copy_(backup)
         self.saved.clear()
+
+
+class RuntimeGuard:
+    """Observes one candidate in its worker; create it before the candidate's code is loaded.
+
+    Args:
+        settings: ``{"policy": strict|permissive|off, "checks": bool}`` from the request (absent: everything off).
+        device: The evaluation device.
+        calls: The loader hook's :class:`~musaenv.evaluator.loader_hook.KernelCalls`.
+        watch: Objects whose identity is checked (:func:`watch_targets`).
+        count_calls: Whether extension calls prove the kernel ran (False for Triton, whose kernels are not
+            loaded through ``load_inline``).
+    """
+
+    def __init__(
+        self,
+        settings: Mapping[str, Any] | None,
+        device: torch.device,
+        calls: Any,
+        watch: Mapping[str, tuple[str, Any, str]],
+        count_calls: bool = True,
+    ) -> None:
+        s = dict(settings or {})
+        self.policy = str(s.get("policy", "off"))
+        self.checks = bool(s.get("checks", False))
+        self.device, self.calls, self.count_calls = device, calls, count_calls
+        self.cpu_threads = torch.get_num_threads()
+        self._sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        self._watch = dict(watch)
+        self._ids = {name: _lookup(owner, attr) for name, (_, owner, attr) in self._watch.items()}
+        self._state = global_state()
+        self._warm()
+        self.preflight_ok = self.policy != "off" and bool(profile_call(self._tiny_op, device)[1].get("ok"))
+        self.thread_base = thread_count()
+        self.max_threads = self.thread_base
+        self.trial_calls: list[int] = []
+        self.first_out_bytes: list[int] = []
+        self.overuse: list[str] = []
+        self._mark = self._cpu0 = self._wall0 = 0
+
+    def _tiny_op(self) -> Any:
+        return torch.zeros(4, device=self.device).add_(1)
+
+    def _warm(self) -> None:
+        """Start what torch starts lazily (intra-op pool, CUDA context) so the thread baseline includes it."""
+        torch.ones(1 << 21).sum()  # above the parallel grain size, so the OpenMP team is created if threads > 1
+        if self.device.type == "cuda":
+            self._tiny_op()
+            self._sync()
+
+    def _observe_threads(self) -> None:
+        self.max_threads = max(self.max_threads, thread_count())
+
+    def before_call(self) -> None:
+        """Mark the start of one forward call."""
+        self._mark, self._cpu0, self._wall0 = self.calls.count, _CPU_NS(), _PERF_NS()
+
+    def after_call(self, outs: Sequence[Any]) -> None:
+        """Record one finished (and synchronised) forward call."""
+        wall, cpu = _PERF_NS() - self._wall0, _CPU_NS() - self._cpu0
+        self.trial_calls.append(self.calls.count - self._mark)
+        if len(self.trial_calls) == 1:
+            self.first_out_bytes = [o.numel() * o.element_size() for o in outs if type(o) is torch.Tensor]
+        self._observe_threads()
+        if self.device.type == "cpu" and wall > _CPU_FLOOR_NS and cpu > wall * (self.cpu_threads + _CORES_SLACK):
+            self.overuse.append(f"{cpu / wall:.1f} cores busy in trial {len(self.trial_calls)}")
+
+    def _tampered(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {"timer": [], "harness": []}
+        for name, (kind, owner, attr) in self._watch.items():
+            if _lookup(owner, attr) is not self._ids[name]:
+                out[kind].append(name)
+        return out
+
+    def _facts(self) -> dict[str, Any]:
+        self._observe_threads()
+        now = global_state()
+        return {
+            "device_type": self.device.type,
+            "threads": {"base": self.thread_base, "max_seen": self.max_threads, "overuse": self.overuse[:3]},
+            "global_state": [f"{k}: {v} -> {now[k]}" for k, v in self._state.items() if now.get(k) != v],
+            "tampered": self._tampered(),
+        }
+
+    def _poison(self, nbytes: Sequence[int]) -> None:
+        """Fill blocks the size of trial 1's outputs with 0xFF (NaN / -1) and free them, for a repeat to land on."""
+        blocks = [torch.full((max(n, 1),), 255, dtype=torch.uint8, device=self.device) for n in nbytes]
+        self._sync()
+        del blocks
+
+    def extra_runs(
+        self, model: Any, make_args: Callable[[], list[Any]], to_array: Callable[..., Any]
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """The profiled, poisoned repeat of trial 1 and the perturbed run; returns the ``trials`` report and arrays."""
+        report: dict[str, Any] = {"type": "runtime", "phase": "trials"}
+        arrays: list[Any] = []
+        if self.policy == "off" and not self.checks:
+            return report, arrays
+        self._poison(self.first_out_bytes if self.checks else ())
+        args = make_args()
+        with torch.no_grad():
+            if self.policy != "off":
+                outs, report["profile"] = profile_call(lambda: model(*args), self.device)
+                report["profile"]["preflight_ok"] = self.preflight_ok
+            else:
+                outs = model(*args)
+        self._sync()
+        if self.checks:
+            rep = [to_array(t) for t in _flat_outputs(outs)]
+            arrays.extend(rep)
+            report["repeat_outputs"] = len(rep)
+            pert, note = self._perturbed(model, make_args, to_array)
+            arrays.extend(pert)
+            report.update(perturb_outputs=len(pert), perturb_note=note)
+            report["kernel_calls"] = list(self.trial_calls) if self.count_calls else None
+            report.update(self._facts())
+        return report, arrays
+
+    def _perturbed(
+        self, model: Any, make_args: Callable[[], list[Any]], to_array: Callable[..., Any]
+    ) -> tuple[list[Any], str]:
+        per_call = self.trial_calls[0] if self.trial_calls else 0
+        if not self.count_calls or per_call <= 0:
+            return [], "skipped: no counted extension call in trial 1"
+        hook = _Perturber(self.calls.count + per_call)
+        args = make_args()
+        self.calls.hook = hook
+        try:
+            with torch.no_grad():
+                outs = model(*args)
+            self._sync()
+            # Copies: the arrays may share memory with tensors that restore() is about to overwrite.
+            arrays = [np.array(to_array(t), copy=True) for t in _flat_outputs(outs)] if hook.hit else []
+        except Exception as e:  # garbage fed onwards may make later code raise: the output did depend on it
+            return [], f"the perturbed forward raised {type(e).__name__} (the output depends on the kernel)"
+        finally:
+            self.calls.hook = None
+            hook.restore()
+        return arrays, f"overwrote {hook.hit} tensor(s) of extension call {per_call} of {per_call}"
+
+    def start_timing(self) -> None:
+        """Mark the start of the timing phase."""
+        self._mark = self.calls.count
+        self.overuse.clear()
+
+    def finish_timing(
+        self, model: Any, pool: Sequence[Sequence[Any]], timed_calls: int, flush_bytes: int, repeats: int
+    ) -> dict[str, Any]:
+        """Re-measure a few calls with the captured clock; return the ``timing`` report."""
+        report: dict[str, Any] = {"type": "runtime", "phase": "timing"}
+        if not self.checks:
+            return report
+        samples = self._remeasure(model, pool, flush_bytes, min(5, max(repeats, 1)))
+        report.update(
+            remeasure_ms=samples,
+            forward_calls=timed_calls + len(samples),
+            kernel_calls=(self.calls.count - self._mark) if self.count_calls else None,
+        )
+        report.update(self._facts())
+        return report
+
+    def _remeasure(self, model: Any, pool: Sequence[Sequence[Any]], flush_bytes: int, n: int) -> list[float]:
+        """Same protocol as the timer (fresh clone, cache flush, synchronised host time), untouchable clock."""
+        flush = torch.empty(max(flush_bytes // 4, 1), device=self.device) if flush_bytes else None
+        samples: list[float] = []
+        with torch.no_grad():
+            for i in range(n):
+                args = [a.clone() if isinstance(a, torch.Tensor) else a for a in pool[i % len(pool)]]
+                if flush is not None:
+                    flush.fill_(float(i))
+                self._sync()
+                t0 = _PERF_NS()
+                model(*args)
+                self._sync()
+                samples.append((_PERF_NS() - t0) / 1e6)
+        return samples
+
+
+def _flat_outputs(out: Any) -> list[torch.Tensor]:
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    return [o for o in items if type(o) is torch.Tensor]

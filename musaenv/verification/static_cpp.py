@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from musaenv.verification import allowlists as al
-from musaenv.verification.findings import ERROR, FLAG_DESCRIPTIONS, WARNING, Finding
+from musaenv.verification.findings import ERROR, WARNING, Finding, describe
 from musaenv.verification.static_sources import BuildSpec
 
 __all__ = ["CppHit", "check_build", "scan_source"]
@@ -189,7 +189,7 @@ def _check_include(rest: str, line: int) -> Iterator[CppHit]:
     header = m.group(1).strip()
     for pattern, flag in al.CPP_HEADER_FLAGS:
         if pattern.search(header):
-            yield CppHit(flag, f"<{header}>", line, f"#include <{header}>: {_what(flag)}")
+            yield CppHit(flag, f"<{header}>", line, f"#include <{header}>: {describe(flag)}")
             return
 
 
@@ -198,16 +198,20 @@ def _torch_name(rest: str) -> tuple[str, str] | None:
     norm = rest.replace("musa", "cuda").replace("MUSA", "CUDA")
     for key, flag in al.CPP_TORCH_SPECIAL.items():
         if norm == key or norm.startswith(key + "::"):
-            return flag, _what(flag)
+            return flag, describe(flag)
     if norm in al.CPP_TORCH_PLUMBING or norm.startswith(al.CPP_TORCH_PLUMBING_PREFIXES):
         return None
+    if norm.startswith("Tensor::"):  # &at::Tensor::matmul: judged like a method call
+        return ("library_compute", "ATen/torch library compute") if _compute_method(norm[8:]) else None
     if "::" not in norm and (norm[:1].isupper() or re.fullmatch(r"k[A-Z]\w*", norm)):
         return None
     return "library_compute", "ATen/torch library compute"
 
 
-def _what(flag: str) -> str:
-    return FLAG_DESCRIPTIONS.get(flag, flag.replace("_", " "))
+def _compute_method(name: str) -> bool:
+    """A tensor method that is compute, also behind dispatch prefixes (``__dispatch_mm``, ``_mm``)."""
+    bare = re.sub(r"^_+(?:dispatch_)?", "", name)
+    return al.is_compute_name(name) or al.is_compute_name(bare)
 
 
 def _qualified(name: str, aliases: dict[str, str]) -> tuple[str, str] | None:
@@ -222,7 +226,7 @@ def _qualified(name: str, aliases: dict[str, str]) -> tuple[str, str] | None:
     if root == "std":
         for key, flag in al.CPP_STD_BANS.items():
             if full == key or full.startswith(key + "::"):
-                return flag, _what(flag)
+                return flag, describe(flag)
         return None
     if root in al.CPP_VENDOR_NAMESPACES or (root == "musa" and parts[1:2] == ["dnn"]):
         return "vendor_library", "vendor library"
@@ -255,6 +259,8 @@ def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
     """Identifier-level checks on code without comments and strings."""
     aliases = {m.group(1): re.sub(r"\s|^::", "", m.group(2)) for m in _NS_ALIAS_RE.finditer(code)}
     for m in _QUAL_RE.finditer(code):
+        if re.search(r"\bnamespace\s*(?:::\s*)?$", code[max(0, m.start() - 40) : m.start(1)]):
+            continue  # ``using namespace torch::indexing;`` names a namespace; the calls are judged elsewhere
         parts = re.sub(r"\s+|template\s+", "", m.group(1)).split("::")
         # Every suffix too: ``return ::at::mm`` and ``MACRO at::mm`` match with the word before as first part.
         for i in range(len(parts) - 1):
@@ -266,7 +272,7 @@ def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
                 break
     for m in _METHOD_RE.finditer(code):
         method = m.group(1)
-        if al.is_compute_name(method):
+        if _compute_method(method):
             yield CppHit("library_compute", f".{method}()", line_of(m.start(1)), f".{method}(): tensor compute op")
         elif method == "attr":
             yield CppHit("dynamic_code", ".attr()", line_of(m.start(1)), ".attr(): calls back into Python objects")
@@ -286,14 +292,14 @@ def _check_identifier(
     word = m.group(0)
     for pattern, flag in al.CPP_NAME_PATTERNS:
         if pattern.fullmatch(word):
-            yield CppHit(flag, word, line_of(m.start()), f"{word}: {_what(flag)}")
+            yield CppHit(flag, word, line_of(m.start()), f"{word}: {describe(flag)}")
             return
     ctx = _context(code, m.start())
     if ctx != "free":
         return
     if word in al.CPP_NAME_BANS:
         flag = al.CPP_NAME_BANS[word]
-        yield CppHit(flag, word, line_of(m.start()), f"{word}: {_what(flag)}")
+        yield CppHit(flag, word, line_of(m.start()), f"{word}: {describe(flag)}")
     elif using_torch and word not in defined and al.is_compute_name(word) and re.match(r"\s*\(", code[m.end() :]):
         ambiguous = word in al.CPP_MATH_OVERLAP
         detail = f"{word}() under 'using namespace' of torch/ATen " + (
@@ -306,7 +312,7 @@ def _scan_strings(strings: list[tuple[str, int]], line_of: _Lines) -> Iterator[C
     for s, offset in strings:
         for pattern, flag in _STRING_FLAGS:
             for m in pattern.finditer(s):
-                yield CppHit(flag, m.group(0), line_of(offset), f'string "{m.group(0)}" names {_what(flag)}')
+                yield CppHit(flag, m.group(0), line_of(offset), f'string "{m.group(0)}" names {describe(flag)}')
 
 
 def _first_definitions(code: str, defines: dict[str, list[int]]) -> str | None:

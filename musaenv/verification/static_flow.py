@@ -272,7 +272,7 @@ class FunctionAnalyzer:
 
     def generic_stmt(self, stmt: ast.stmt) -> None:
         """Evaluate expressions and blocks of a statement with no special meaning here."""
-        for name, child in ast.iter_fields(stmt):
+        for _, child in ast.iter_fields(stmt):
             if isinstance(child, ast.expr):
                 self.value(child)
             elif isinstance(child, list) and child and isinstance(child[0], ast.stmt):
@@ -283,7 +283,6 @@ class FunctionAnalyzer:
                         self.value(c)
                     elif isinstance(c, ast.match_case):
                         self.block(c.body)
-            del name
 
     def _s_Assign(self, node: ast.Assign) -> None:
         v = self.value(node.value)
@@ -321,10 +320,9 @@ class FunctionAnalyzer:
         suppress = False
         for item in node.items:
             self.value(item.context_expr)
-            func = item.context_expr.func if isinstance(item.context_expr, ast.Call) else None
-            suppress = (
-                suppress or self.prog.sym.resolve(func) == "contextlib.suppress" if func is not None else suppress
-            )
+            ctx = item.context_expr
+            if isinstance(ctx, ast.Call) and self.prog.sym.resolve(ctx.func) == "contextlib.suppress":
+                suppress = True
             if item.optional_vars is not None:
                 self.bind(item.optional_vars, UNKNOWN)
         if not suppress:

@@ -17,7 +17,6 @@ __all__ = ["FunctionNode", "Symbols", "build_symbols", "is_load_inline_name", "s
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
 
 _BUILTIN_NAMES = frozenset(dir(builtins)) | {"__builtins__"}
-_ASSIGN_NODES = (ast.Assign, ast.AnnAssign, ast.NamedExpr)
 
 
 def is_load_inline_name(qualname: str | None) -> bool:

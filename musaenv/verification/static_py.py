@@ -173,31 +173,44 @@ def _event_findings(prog: Program, summaries: dict[str, Summary], policy: str) -
     return out
 
 
+def _model_class(prog: Program) -> str:
+    """Name of the class ``ModelNew`` refers to (``ModelNew = FusedNet`` is followed)."""
+    for stmt in prog.sym.tree.body:
+        if (
+            isinstance(stmt, ast.Assign)
+            and [getattr(t, "id", None) for t in stmt.targets] == ["ModelNew"]
+            and isinstance(stmt.value, ast.Name)
+            and stmt.value.id in prog.classes
+        ):
+            return stmt.value.id
+    return "ModelNew"
+
+
 def _model_findings(prog: Program, policy: str) -> tuple[list[Finding], list[Event]]:
     """Findings about ModelNew and the events of everything reachable from its forward."""
-    info = prog.classes.get("ModelNew")
+    info = prog.classes.get(_model_class(prog))
     if info is None:
         return [Finding("missing_model_new", ERROR, "no class ModelNew is defined", None)], []
-    out: list[Finding] = []
+    out: list[Finding | None] = []
     for b in info.bases:
         if b == "Model":
             msg = f"line {info.node.lineno}: ModelNew subclasses the reference Model"
-            out.append(_policy_finding("reference_model", policy, msg, info.node.lineno))  # type: ignore[arg-type]
+            out.append(_policy_finding("reference_model", policy, msg, info.node.lineno))
         elif b.startswith("torch.") and b not in _NN_MODULE:
             msg = f"line {info.node.lineno}: ModelNew subclasses {b} and inherits its torch compute"
-            out.append(_policy_finding("forbidden_torch_op", policy, msg, info.node.lineno))  # type: ignore[arg-type]
-    fwd = prog.find_method("ModelNew", "forward")
+            out.append(_policy_finding("forbidden_torch_op", policy, msg, info.node.lineno))
+    fwd = prog.find_method(info.name, "forward")
     if fwd is None:
-        out.append(_policy_finding("no_custom_kernel", policy, "ModelNew defines no forward method", None))  # type: ignore[arg-type]
+        out.append(_policy_finding("no_custom_kernel", policy, "ModelNew defines no forward method", None))
         return [f for f in out if f is not None], []
     # nn.Module.__call__ runs forward, unless ModelNew overrides the dispatch itself: then that runs too.
-    extra = [k for name in ("__call__", "_call_impl") if (k := prog.find_method("ModelNew", name))]
+    extra = [k for name in ("__call__", "_call_impl") if (k := prog.find_method(info.name, name))]
     summaries = _explore(prog, [fwd, *extra])
     compute, kernel = _closure(summaries, "compute"), _closure(summaries, "kernel")
     out.extend(_event_findings(prog, summaries, policy))
     if not kernel.get(fwd, False):
         msg = "ModelNew.forward never calls a custom kernel (a load_inline extension function or a Triton launch)"
-        out.append(_policy_finding("no_custom_kernel", policy, msg, prog.units[fwd].node.lineno))  # type: ignore[arg-type]
+        out.append(_policy_finding("no_custom_kernel", policy, msg, prog.units[fwd].node.lineno))
     if policy != "off":
         out.extend(_fallbacks(summaries, compute, kernel))
         if compute.get(fwd, False):

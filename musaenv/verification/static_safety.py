@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 
 from musaenv.verification import allowlists as al
-from musaenv.verification.findings import ERROR, FLAG_DESCRIPTIONS, Finding
+from musaenv.verification.findings import ERROR, Finding, describe
 from musaenv.verification.static_names import Symbols
 
 __all__ = ["safety_findings"]
@@ -44,7 +44,7 @@ def qualname_flag(q: str) -> str | None:
 
 
 def _finding(flag: str, line: int, what: str) -> Finding:
-    return Finding(flag, ERROR, f"line {line}: {what}: {FLAG_DESCRIPTIONS[flag]}", line)
+    return Finding(flag, ERROR, f"line {line}: {what}: {describe(flag)}", line)
 
 
 class _SafetyVisitor(ast.NodeVisitor):

@@ -27,6 +27,8 @@ CPP_CHEATS = [
     ("tensor_method", fn("return x.sigmoid();"), "library_compute"),
     ("inplace_method", fn("x.add_(1); return x;"), "library_compute"),
     ("function_pointer", fn("auto f = &at::mm; return f(x, x);"), "library_compute"),
+    ("member_pointer", fn("auto m = &at::Tensor::matmul; return (x.*m)(x);"), "library_compute"),
+    ("dispatch_prefix", fn("return x.__dispatch_matmul(x);"), "library_compute"),
     ("namespace_alias", "namespace A = torch::nn::functional;\n" + fn("return A::gelu(x);"), "library_compute"),
     ("using_namespace", "using namespace at;\n" + fn("return softmax(x, 1);"), "library_compute"),
     ("split_by_continuation", fn("return at\\\n::matmul(x, x);"), "library_compute"),
@@ -137,8 +139,10 @@ def test_missing_preprocessor_is_a_warning_and_the_raw_text_is_still_scanned(mon
         "using namespace torch;\nstatic float relu(float v) { return v > 0 ? v : 0; }\n" + fn("relu(1.f); return x;"),
         fn("auto o = torch::zeros({2}, torch::TensorOptions().dtype(torch::kFloat32).device(x.device())); return o;"),
         fn("auto a = x.packed_accessor32<float, 2, torch::RestrictPtrTraits>(); return x.view({-1}).contiguous();"),
+        fn("using namespace torch::indexing; auto s = x.index({Slice(), 0}); return s.clone();"),
+        fn("at::parallel_for(0, 8, at::internal::GRAIN_SIZE, [&](int64_t b, int64_t e) {}); return x;"),
     ],
-    ids=["string", "comment", "cub_block", "std_math", "local_relu", "tensor_options", "accessor"],
+    ids=["string", "comment", "cub_block", "std_math", "local_relu", "tensor_options", "accessor", "slice", "parallel"],
 )
 def test_plumbing_comments_and_strings_are_not_flagged(cpp: str) -> None:
     assert analyze_candidate(candidate(cpp=cpp)).findings == ()

@@ -259,3 +259,16 @@ def test_backend_mismatch_is_a_warning() -> None:
     report = analyze_candidate(candidate(), backend="triton")
     assert report.ok
     assert report.warning_flags == ("backend_mismatch",)
+
+
+def test_model_new_bound_to_another_class_is_followed() -> None:
+    body = """
+    class FusedNet(nn.Module):
+        def forward(self, x):
+            return torch.relu(ext.k(x))
+
+    ModelNew = FusedNet
+    """
+    report = analyze_candidate(candidate(body))
+    assert report.flags == ("forbidden_torch_op",)
+    assert report.kernel_calls == ("ext.k",)

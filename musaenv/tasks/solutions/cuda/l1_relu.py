@@ -17,20 +17,22 @@ CUDA = r"""
 __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
     const int64_t stride = (int64_t)blockDim.x * gridDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        out[i] = fmaxf(x[i], 0.0f);
+        const float v = x[i];
+        out[i] = fmaxf(v, 0.0f);
     }
 }
 
 torch::Tensor relu_forward(torch::Tensor x) {
     TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor");
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 input expected");
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "x must be float32");
     const c10::cuda::CUDAGuard guard(x.device());
     x = x.contiguous();
     auto out = torch::empty_like(x);
     const int64_t n = x.numel();
     if (n == 0) return out;
     const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65535LL * 8);
+    // Grid-stride loop: enough blocks to fill any GPU, a bounded grid for any size.
+    const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 1 << 16);
     relu_kernel<<<(unsigned)blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
         x.data_ptr<float>(), out.data_ptr<float>(), n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -1,0 +1,184 @@
+"""KernelGen-v0 as a TRL ``environment_factory`` class: one ``submit_kernel`` tool, environment-owned reward.
+
+TRL's ``GRPOTrainer(..., environment_factory=Cls, reward_funcs=...)`` (TRL documentation, "OpenEnv Integration for
+Training LLMs with Environments", section "How environment_factory works"; experimental in TRL) expects a class
+such that:
+
+* ``Cls()`` takes no arguments (configuration comes from the enclosing scope): :func:`make_trl_environment`
+  returns such a class with the env's settings bound as class attributes;
+* ``reset(self, **kwargs)`` is called at the start of each episode with the dataset row's columns and returns the
+  first observation (appended to the prompt): here the KernelGen-v0 task prompt; a ``task`` column picks the task,
+  a ``seed`` column the seed;
+* every other public method is exposed to the model as a tool, its schema built from the type hints and the
+  ``Args:`` section of its docstring: here only :meth:`KernelGenToolEnv.submit_kernel` and
+  :meth:`KernelGenToolEnv.get_reward` are public; a tool that raises has its message fed back to the model;
+* the reward is read from the environment instances after the episode: ``reward_funcs=trl_reward_func`` (which
+  calls :meth:`KernelGenToolEnv.get_reward` on each), or TRL's environment-owned ``get_reward`` where supported.
+
+Caveat: TRL versions that expose *every* public method as a tool also offer ``get_reward`` to the model; calling it
+only reads the reward. TRL is not imported here (nor needed to use or test this class).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from musaenv.env import Evaluator, KernelGenEnv
+from musaenv.tasks.prompts import feedback_text
+
+__all__ = [
+    "DEFAULT_INSTRUCTION",
+    "KernelGenToolEnv",
+    "close_trl_environment",
+    "make_trl_environment",
+    "trl_dataset_rows",
+    "trl_reward_func",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INSTRUCTION = (
+    "You write fast custom kernels. The task follows. Call the tool `submit_kernel` with the complete Python "
+    "program (imports, the load_inline call with your kernel sources, and class ModelNew). The verifier answers "
+    "with its verdict; fix the problems and submit again until the verdict is `correct`."
+)
+"""The user message of :func:`trl_dataset_rows`; the task prompt itself comes from ``reset``."""
+
+
+class KernelGenToolEnv:
+    """One KernelGen-v0 episode per TRL generation; the model submits programs through ``submit_kernel``.
+
+    Use :func:`make_trl_environment` to get a configured subclass; this base class runs the built-in suite on the
+    ``auto`` backend. All instances of one class share one evaluator (build and reference-timing caches, worker
+    pool), created at the first ``reset`` unless one was given.
+
+    Attributes:
+        reward: The episode return so far (the sum of the env's shaped step rewards; PrimeEcho pays it on the
+            last step, so it is final once ``done``).
+        done: Whether the episode ended (a ``correct`` verdict or ``max_turns`` submissions).
+        last_info: The env's info dict of the last submission (``eval``, ``score``, ...), ``{}`` before one.
+        task_id: The current episode's task.
+    """
+
+    env_kwargs: ClassVar[dict[str, Any]] = {}
+    """Keyword arguments of :class:`~musaenv.env.KernelGenEnv` (``task``, ``backend``, ``max_turns``, ...)."""
+    shared_evaluator: ClassVar[Evaluator | None] = None
+    """The evaluator every instance uses; created at the first ``reset`` when ``None``."""
+
+    def __init__(self) -> None:
+        self._env: KernelGenEnv | None = None
+        self.reward = 0.0
+        self.done = False
+        self.last_info: dict[str, Any] = {}
+        self.task_id: str | None = None
+
+    @classmethod
+    def _evaluator(cls) -> Evaluator:
+        if cls.shared_evaluator is None:
+            from musaenv.evaluator.local import LocalEvaluator
+
+            kw = cls.env_kwargs
+            cls.shared_evaluator = LocalEvaluator(kw.get("backend", "auto"), kw.get("eval_config"))
+        return cls.shared_evaluator
+
+    def _make_env(self) -> KernelGenEnv:
+        kw = {k: v for k, v in self.env_kwargs.items() if k != "evaluator"}
+        return KernelGenEnv(**kw, evaluator=self._evaluator())
+
+    def reset(self, **kwargs: Any) -> str:
+        """Start an episode; returns the task prompt. ``task`` and ``seed`` dataset columns are honoured."""
+        if self._env is None:
+            self._env = self._make_env()
+        options = {"task": kwargs["task"]} if kwargs.get("task") is not None else None
+        seed = kwargs.get("seed")
+        obs, info = self._env.reset(seed=None if seed is None else int(seed), options=options)
+        self.reward = 0.0
+        self.done = False
+        self.last_info = {}
+        self.task_id = info["task_id"]
+        return obs
+
+    def submit_kernel(self, code: str) -> str:
+        """Submit a complete Python program for the verifier to build, test against the reference, and time.
+
+        Args:
+            code: The full program: imports, the load_inline call with the kernel sources, and class ModelNew.
+
+        Returns:
+            The verifier's verdict and feedback, and whether more submissions are allowed.
+        """
+        if self._env is None or self.done:
+            raise ValueError("The episode is over: no more submissions are accepted.")
+        _, reward, terminated, truncated, info = self._env.step(code)
+        self.reward += float(reward)
+        self.done = bool(terminated or truncated)
+        self.last_info = info
+        text = feedback_text(info["eval"], info["score"], self._env.config.feedback_chars)
+        if terminated:
+            return text + "\nThe kernel is correct. The episode is over."
+        if truncated:
+            return text + "\nNo submissions left. The episode is over."
+        left = self._env.config.max_turns - int(info["turn"])
+        return text + f"\nFix the problems and call submit_kernel again ({left} submission(s) left)."
+
+    def get_reward(self) -> float:
+        """The episode's shaped return so far (final once the episode is over).
+
+        Returns:
+            The sum of the environment's shaped rewards over this episode's submissions.
+        """
+        return self.reward
+
+    def _close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+
+def make_trl_environment(
+    *,
+    task: str | None = None,
+    backend: str = "cpu",
+    max_turns: int = 3,
+    evaluator: Evaluator | None = None,
+    name: str = "KernelGenToolEnv",
+    **env_kwargs: Any,
+) -> type[KernelGenToolEnv]:
+    """A :class:`KernelGenToolEnv` subclass with these settings, for ``GRPOTrainer(environment_factory=...)``.
+
+    Args:
+        task: Fixed task id or KernelBench file; ``None`` reads the ``task`` dataset column (or samples the suite).
+        backend: Backend of the env and of the shared evaluator.
+        max_turns: Submissions per episode.
+        evaluator: Evaluator shared by every instance (closed by the caller); default one created on first use
+            and closed by :func:`close_trl_environment`.
+        name: Name of the returned class.
+        **env_kwargs: More :class:`~musaenv.env.KernelGenEnv` arguments (``reward``, ``eval_config``, ...).
+    """
+    kw = {"task": task, "backend": backend, "max_turns": max_turns, **env_kwargs}
+    attrs: dict[str, Any] = {"env_kwargs": kw, "shared_evaluator": evaluator, "__doc__": KernelGenToolEnv.__doc__}
+    return type(name, (KernelGenToolEnv,), attrs)
+
+
+def close_trl_environment(env_cls: type[KernelGenToolEnv], instances: Sequence[KernelGenToolEnv] = ()) -> None:
+    """Close the given instances' envs and the class's shared evaluator (one :func:`make_trl_environment` made)."""
+    for inst in instances:
+        inst._close()
+    ev = env_cls.__dict__.get("shared_evaluator")
+    if ev is not None:
+        ev.close()
+        env_cls.shared_evaluator = None
+
+
+def trl_reward_func(environments: Sequence[KernelGenToolEnv], **kwargs: Any) -> list[float]:
+    """TRL reward function: each environment's episode return (``reward_funcs=trl_reward_func``)."""
+    return [env.get_reward() for env in environments]
+
+
+def trl_dataset_rows(
+    task_ids: Sequence[str], repeats: int = 1, instruction: str = DEFAULT_INSTRUCTION
+) -> list[dict[str, Any]]:
+    """Rows for ``datasets.Dataset.from_list``: a conversational ``prompt`` and the ``task`` column ``reset`` reads."""
+    return [{"prompt": [{"role": "user", "content": instruction}], "task": t} for _ in range(repeats) for t in task_ids]
