@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from candidate_pool import PROGRAMS, CachedEvaluator, collect_outcomes, program_response
+from candidate_pool import PROGRAMS, CachedEvaluator, collect_outcomes, program_response, response_key
 
 from musaenv.env import KernelGenEnv
 from musaenv.rewards import candidate_score, make_shaper, trloo_advantages
@@ -131,13 +131,15 @@ class TabularPolicy:
         e = np.exp(z - z.max())
         return e / e.sum()
 
-    def update(self, t: int, s: int, a: int, step: float) -> None:
-        """theta += step * grad log pi(a | t, s)."""
-        g = -self.probs(t, s)
-        g[a] += 1.0
-        self.phi[t, s] += step * g
-        if self.shared:
-            self.theta[t] += step * g
+    def apply(self, steps: list[tuple[int, int, int, float]]) -> None:
+        """Ascend sum(step * grad log pi(a | t, s)) over (t, s, a, step), every gradient taken at the current policy."""
+        grads = [(t, s, step, self.probs(t, s), a) for t, s, a, step in steps]
+        for t, s, step, p, a in grads:
+            g = -p
+            g[a] += 1.0
+            self.phi[t, s] += step * g
+            if self.shared:
+                self.theta[t] += step * g
 
 
 def exact_metrics(policy: TabularPolicy, model: OutcomeModel, t: int, max_turns: int) -> dict[str, float]:
@@ -150,7 +152,7 @@ def exact_metrics(policy: TabularPolicy, model: OutcomeModel, t: int, max_turns:
     first_success = 0.0
     for k in range(1, max_turns + 1):
         nxt = np.zeros(len(STATES))
-        for s in np.nonzero(dist)[0]:
+        for s in (int(i) for i in np.nonzero(dist)[0]):
             pi = policy.probs(t, s)
             stage_dist = pi @ model.stage_probs[t]  # over next verdicts
             p_win = dist[s] * stage_dist[correct]
@@ -181,14 +183,13 @@ def group_advantages(credits: list[list[float]]) -> list[list[float]]:
     """TRLOO difference per turn, divided by the std (ddof 1) of that turn's credits over the group; 0 if < 2."""
     loo = trloo_advantages(credits)
     out = []
-    for i, episode in enumerate(loo):
+    for episode in loo:
         row = []
         for k, a in enumerate(episode):
             peers = [c[k] for c in credits if len(c) > k]
             std = float(np.std(peers, ddof=1)) if len(peers) >= 2 else 0.0
             row.append(a / (std + 1e-6) if std > 0 else 0.0)
         out.append(row)
-        del i
     return out
 
 
@@ -244,13 +245,7 @@ def train(
                     w = info["loss_weights"][k]
                     if w > 0 and adv[k] != 0.0:
                         steps.append((t, s, a, args.lr * w * adv[k] / args.group_size))
-        grads = [(t, s, a, step, policy.probs(t, s)) for t, s, a, step in steps]  # all at the sampling policy
-        for t, s, a, step, p in grads:
-            g = -p
-            g[a] += 1.0
-            policy.phi[t, s] += step * g
-            if policy.shared:
-                policy.theta[t] += step * g
+        policy.apply(steps)
         record()
     env.close()
     return curves
@@ -355,8 +350,6 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     outcomes = collect_outcomes(list(args.tasks), args.eval_seeds, out / "evals.json")
     eval_s = time.perf_counter() - start
-    from candidate_pool import response_key
-
     model = build_outcome_model(args.tasks, outcomes, lambda t, p: response_key(t, program_response(t, p)))
     responses = [[program_response(t, p) for p in PROGRAMS] for t in args.tasks]
     evaluator = CachedEvaluator(outcomes)

@@ -247,6 +247,8 @@ def _trial_findings(
         missing = [i + 1 for i, n in enumerate(calls) if int(n) <= 0]
         if missing:
             out.add("no_kernel_call", f"no extension call returned during trial(s) {missing}")
+        elif int(msg.get("repeat_calls", 1)) <= 0:
+            out.add("no_kernel_call", "trial 1 repeated with the same input ran no kernel (an output cache, S11)")
     _state_findings(msg, out, "after the trials")
     n_rep, n_pert = int(msg.get("repeat_outputs", 0)), int(msg.get("perturb_outputs", 0))
     first_ok = bool(passed) and passed[0] and bool(cand) and bool(ref)
@@ -297,6 +299,8 @@ def assess_runtime(
 
 
 def _timing_findings(msg: Mapping[str, Any], out: RuntimeFindings) -> None:
+    if msg.get("remeasure_ms"):
+        out.extra["remeasure_ms"] = round(float(np.median(msg["remeasure_ms"])), 6)
     calls, timed = msg.get("kernel_calls"), int(msg.get("forward_calls", 0))
     if calls is not None and int(calls) < timed:
         out.add("no_kernel_call", f"{calls} extension calls returned during {timed} timed forward calls")

@@ -306,6 +306,7 @@ class RuntimeGuard:
             return report, arrays
         self._poison(self.first_out_bytes if self.checks else ())
         args = make_args()
+        mark = self.calls.count
         with torch.no_grad():
             if self.policy != "off":
                 outs, report["profile"] = profile_call(lambda: model(*args), self.device)
@@ -313,6 +314,7 @@ class RuntimeGuard:
             else:
                 outs = model(*args)
         self._sync()
+        report["repeat_calls"] = self.calls.count - mark
         if self.checks:
             rep = [to_array(t) for t in _flat_outputs(outs)]
             arrays.extend(rep)

@@ -146,7 +146,9 @@ from torch.utils.cpp_extension import load_inline
 
 {var}_CPP = r"""{cpp}"""
 
-{var} = load_inline(name="{name}", cpp_sources={var}_CPP, functions={functions!r}, verbose=False)
+{var} = load_inline(
+    name="{name}", cpp_sources={var}_CPP, functions={functions!r}, extra_cflags=["-O2"], verbose=False
+)
 '''
 
 

@@ -124,7 +124,7 @@ def test_truncated_last_line_is_skipped_but_a_corrupt_middle_line_raises(tmp_pat
     lines = text.splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join([lines[0], lines[1][:30], lines[2]]) + "\n")
-    with pytest.raises(MusaEnvError, match=r"bad.jsonl:2"):
+    with pytest.raises(MusaEnvError, match=r"bad\.jsonl:2"):
         read_episodes(bad)
 
 
@@ -133,7 +133,7 @@ def test_iter_episodes_chains_files_and_names_a_missing_one(tmp_path: Path) -> N
     _play(_env(a), ["ok"], seed=0)
     _play(_env(b), ["bad", "ok"], seed=1)
     assert [e.seed for e in iter_episodes([a, b])] == [0, 1]
-    with pytest.raises(MusaEnvError, match="missing.jsonl"):
+    with pytest.raises(MusaEnvError, match=r"missing\.jsonl"):
         list(iter_episodes([a, tmp_path / "missing.jsonl"]))
 
 

@@ -27,7 +27,7 @@ SHIPPED = [DATA / "early_and_repair.jsonl", DATA / "all_failed.jsonl", DATA / "f
 
 
 class ScriptedEvaluator:
-    """"ok" -> correct at 2x (s = 1.5), "slow" -> correct at 0.5x (s = 1.0), anything else -> compile error."""
+    """ "ok" -> correct at 2x (s = 1.5), "slow" -> correct at 0.5x (s = 1.0), anything else -> compile error."""
 
     tier = "cpu"
 
@@ -57,6 +57,11 @@ def known(tmp_path: Path) -> Path:
                 if terminated or truncated:
                     break
     return path
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def _by_name(summary, name):  # type: ignore[no-untyped-def]
@@ -102,9 +107,9 @@ def test_writes_markdown_csv_episode_table_and_plots(known: Path, tmp_path: Path
     md = (out / "summary.md").read_text()
     for label in ("primeecho", "tcpo", "primeecho:alpha=0.5"):
         assert f"| {label} |" in md
-    rows = list(csv.DictReader(open(out / "summary.csv")))
+    rows = _csv(out / "summary.csv")
     assert [r["shaper"] for r in rows] == ["primeecho", "tcpo", "primeecho:alpha=0.5"]
-    episodes = list(csv.DictReader(open(out / "episodes.csv")))
+    episodes = _csv(out / "episodes.csv")
     assert len(episodes) == 6 and episodes[0]["stages"] == "correct"
     pytest.importorskip("matplotlib")
     for png in ("returns.png", "credit.png", "disagreement.png"):
@@ -133,7 +138,7 @@ def test_shipped_trajectories_rescore_to_the_recorded_returns(tmp_path: Path) ->
     """Offline re-scoring under the recording shaper reproduces what the env paid (no recompiling)."""
     s = run_ablation(SHIPPED, ["primeecho", "best", "last", "per_turn", "tcpo"], tmp_path / "out", plots=False)
     records = [e for f in SHIPPED for e in read_episodes(f)]
-    rows = list(csv.DictReader(open(tmp_path / "out" / "episodes.csv")))
+    rows = _csv(tmp_path / "out" / "episodes.csv")
     assert len(rows) == len(records) == s.episodes
     for rec, row in zip(records, rows, strict=True):
         assert float(row["return:primeecho"]) == pytest.approx(rec.episode_return, abs=1e-6)
@@ -146,8 +151,18 @@ def test_shipped_trajectories_rescore_to_the_recorded_returns(tmp_path: Path) ->
 def test_cli_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from musaenv.cli import main
 
-    code = main(["ablate", "--trajectories", *map(str, SHIPPED), "--shapers", "primeecho,best", "--out",
-                 str(tmp_path / "cli"), "--no-plots"])
+    code = main(
+        [
+            "ablate",
+            "--trajectories",
+            *map(str, SHIPPED),
+            "--shapers",
+            "primeecho,best",
+            "--out",
+            str(tmp_path / "cli"),
+            "--no-plots",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "primeecho" in printed and "best" in printed
@@ -158,9 +173,24 @@ def test_cli_in_process(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
 def test_cli_as_a_module(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(
-        [sys.executable, "-m", "musaenv.cli", "ablate", "--trajectories", str(SHIPPED[1]), "--shapers",
-         "primeecho,last", "--out", str(tmp_path / "m"), "--no-plots"],
-        capture_output=True, text=True, env=env, timeout=300, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "musaenv.cli",
+            "ablate",
+            "--trajectories",
+            str(SHIPPED[1]),
+            "--shapers",
+            "primeecho,last",
+            "--out",
+            str(tmp_path / "m"),
+            "--no-plots",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
     assert "last" in proc.stdout

@@ -1,0 +1,173 @@
+"""Hostile candidates against every defence: none may earn a positive score, and none may get out of its sandbox.
+
+Two evaluators share one build cache:
+
+* ``runtime``: static checks off, runtime policy ``strict``. Proves what the worker-side defences catch on their own
+  (each case names the flag or stage it must end in).
+* ``full``: the defaults (static checks and runtime checks). Every candidate must score <= 0 under it.
+
+After every hostile evaluation nothing the candidate started may still run, no file may appear outside its private
+directory or in the build cache, and no connection may reach a port the test listens on.
+Candidates run on a small copy of ``l1_relu`` (64x4096 and 7x1001: the second is not a multiple of a block) or on
+``data/tiny_relu.py``, whose true outputs are below the fp32 tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import pytest
+
+from musaenv import _env
+from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator.local import LocalEvaluator
+from musaenv.rewards import candidate_score
+from musaenv.tasks.builtin import get_task
+from musaenv.tasks.task import Task, load_task_file
+from musaenv.types import EvalResult, Stage
+from tests.adversarial.containment import Traps, become_subreaper, stray_processes, traps
+from tests.adversarial.kernels import CANDIDATES_DIR, DATA_DIR, render
+
+pytestmark = pytest.mark.slow
+
+TIMING = TimingConfig(warmup=1, repeats=5, max_time_s=1.0)
+RUNTIME_ONLY = EvalConfig(static_policy="off", runtime_policy="strict", run_timeout_s=20.0, timing=TIMING)
+FULL = EvalConfig(run_timeout_s=20.0, timing=TIMING)
+
+# candidate -> (task, outcomes of which at least one must be the stage or among the flags in the runtime-only run)
+CASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "s01_torch_op": ("relu", ("forbidden_aten_op",)),
+    "s01_subclass_model": ("relu", ("forbidden_aten_op",)),
+    "s02_try_except": ("relu", ("forbidden_aten_op",)),
+    "s03_decoy_torch": ("relu", ("forbidden_aten_op",)),
+    "s03_decoy_numpy": ("relu", ("output_not_from_kernel",)),
+    "s04_partial": ("relu", ("forbidden_aten_op",)),
+    "s05_aten_in_cpp": ("relu", ("forbidden_aten_op",)),
+    "s05_method_in_cpp": ("relu", ("forbidden_aten_op",)),
+    "s06_zeros_tiny": ("tiny", ("output_independent_of_input",)),
+    "s06_constant_tiny": ("tiny", ("output_independent_of_input",)),
+    "s06_scaled_input_tiny": ("tiny", ("output_independent_of_input",)),
+    "s07_identity": ("relu", ("incorrect",)),
+    "s08_stale_memory": ("relu", ("incorrect", "output_not_from_kernel", "nondeterministic")),
+    "s09_uninitialised_read": ("relu", ("nondeterministic", "incorrect")),
+    "s10_inplace_alias": ("relu", ("output_aliases_input",)),
+    "s10_zero_inputs": ("relu", ("input_mutation",)),
+    "s11_cache_data_ptr": ("relu", ("incorrect", "timed_output_mismatch", "no_kernel_call")),
+    "s11_cache_cpp_address": ("relu", ("incorrect", "timed_output_mismatch", "no_kernel_call")),
+    "s11_cache_shape": ("relu", ("incorrect",)),
+    "s11_cache_content": ("relu", ("no_kernel_call",)),
+    "s12_warmup_counter_cpp": ("relu", ("timed_output_mismatch",)),
+    "s12_warmup_counter_py": ("relu", ("timed_output_mismatch",)),
+    "s14_file_replay": ("relu", ("runtime_error",)),
+    "s14_cache_poison": ("relu", ("runtime_error",)),
+    "s16_hardcoded_shape": ("relu", ("incorrect",)),
+    "s17_half_precision": ("relu", ("incorrect",)),
+    "s20_patch_allclose": ("relu", ("harness_tampering",)),
+    "s20_patch_harness": ("relu", ("harness_tampering",)),
+    "s21_gc_reference": ("relu", ("forbidden_aten_op",)),
+    "s21_nan_wildcard": ("relu", ("incorrect",)),
+    "s22_detect_timing": ("relu", ("timed_output_mismatch",)),
+    "s23_exec_base64": ("relu", ("forbidden_aten_op",)),
+    "t02_cpp_thread": ("relu", ("thread_started",)),
+    "t02_python_thread": ("relu", ("thread_started",)),
+    "t03_tensor_subclass": ("relu", ("output_not_tensor",)),
+    "t03_lazy_object": ("relu", ("output_not_tensor",)),
+    "t04_patch_timer_py": ("relu", ("timer_tampering",)),
+    "t04_patch_timer_cpp": ("relu", ("timer_tampering",)),
+    "t06_stdout_claims": ("relu", ("incorrect",)),
+    "t06_forged_channel": ("relu", ("incorrect", "protocol_violation")),
+    "t09_global_threads": ("relu", ("global_state_changed",)),
+    "h_segfault": ("relu", ("runtime_error",)),
+    "h_infinite_loop": ("relu", ("timeout",)),
+    "h_fork_storm": ("relu", ("runtime_error",)),
+    "h_subprocess": ("relu", ("runtime_error",)),
+    "h_big_alloc": ("relu", ("runtime_error",)),
+    "h_network": ("relu", ("runtime_error",)),
+}
+# C++ cheats the profiler cannot see (they bypass the dispatcher or switch RecordFunction off): only the static
+# C++ scan stands between them and a reward, so they are asserted under the full configuration only.
+STATIC_ONLY = ("s05_cpu_direct", "s05_no_record")
+
+
+@dataclasses.dataclass
+class Suite:
+    runtime: LocalEvaluator
+    full: LocalEvaluator
+    tasks: dict[str, Task]
+    traps: Traps
+
+    def evaluate(self, mode: str, name: str, seed: int = 1) -> EvalResult:
+        """Evaluate candidate ``name`` on its task under ``mode``; assert it stayed contained."""
+        task_key = CASES[name][0] if name in CASES else "relu"
+        ev = self.runtime if mode == "runtime" else self.full
+        result = ev.evaluate(self.tasks[task_key], render(name, **self.traps.subs()), seed=seed)
+        assert stray_processes([self.runtime, self.full]) == [], f"{name} left processes running"
+        assert self.traps.breaches() == [], f"{name} got out of its sandbox"
+        return result
+
+
+@pytest.fixture(scope="module")
+def suite() -> Iterator[Suite]:
+    assert become_subreaper(), "PR_SET_CHILD_SUBREAPER refused: orphaned processes could not be found"
+    relu = get_task("l1_relu")
+    small = dataclasses.replace(
+        relu, id="l1_relu_small", shapes={"cpu": ({"batch_size": 64, "dim": 4096}, {"batch_size": 7, "dim": 1001})}
+    )
+    tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py")}
+    with traps(_env.cache_dir() / "ext") as t:
+        runtime, full = LocalEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
+        try:
+            yield Suite(runtime, full, tasks, t)
+        finally:
+            runtime.close()
+            full.close()
+
+
+def _describe(r: EvalResult) -> str:
+    return f"stage={r.stage.value} flags={list(r.flags)} warnings={list(r.warnings)} messages={list(r.messages)[:4]}"
+
+
+def _no_reward(r: EvalResult) -> None:
+    score = candidate_score(r)
+    assert score is not None and score <= 0, f"positive or missing score {score}: {_describe(r)}"
+
+
+def test_candidate_files_match_the_table() -> None:
+    files = {p.stem for p in CANDIDATES_DIR.glob("*.py")}
+    assert files == set(CASES) | set(STATIC_ONLY) | {"honest_relu"}
+    assert len(files) - 1 >= 30
+
+
+def test_honest_kernel_passes_every_defence(suite: Suite) -> None:
+    for mode in ("runtime", "full"):
+        r = suite.evaluate(mode, "honest_relu")
+        assert r.stage is Stage.CORRECT and not r.flags, _describe(r)
+        assert r.extra["runtime"]["kernel_calls"] == [1] * r.trials_total
+        assert r.extra["runtime"]["forbidden_ops"] == []
+        score = candidate_score(r)
+        assert score is not None and score >= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_runtime_defences_alone(suite: Suite, name: str) -> None:
+    r = suite.evaluate("runtime", name)
+    _no_reward(r)
+    expected = CASES[name][1]
+    assert r.stage.value in expected or set(r.flags) & set(expected), f"expected {expected}: {_describe(r)}"
+
+
+@pytest.mark.parametrize("name", sorted([*CASES, *STATIC_ONLY]))
+def test_no_positive_score_under_all_defences(suite: Suite, name: str) -> None:
+    _no_reward(suite.evaluate("full", name))
+
+
+def test_permissive_policy_reports_coverage_instead(suite: Suite) -> None:
+    cfg = dataclasses.replace(RUNTIME_ONLY, runtime_policy="permissive")
+    with LocalEvaluator("cpu", cfg) as ev:
+        r = ev.evaluate(suite.tasks["relu"], render("s04_partial"), seed=2)
+    assert r.stage is Stage.CORRECT, _describe(r)
+    assert "forbidden_aten_op" in r.warnings and "forbidden_aten_op" not in r.flags
+    coverage = r.extra["runtime"]["coverage"]["cpu"]
+    assert 0.0 <= coverage < 1.0
+    assert r.extra["runtime"]["forbidden_ops"] == ["aten::relu"]
