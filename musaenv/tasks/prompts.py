@@ -6,6 +6,7 @@ quotes that compilers print are transliterated, anything else outside the charse
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,7 @@ from musaenv.tasks.task import Task
 __all__ = ["OBS_CHARSET", "feedback_text", "initial_prompt", "sanitize", "turn_prompt"]
 
 OBS_CHARSET = frozenset(string.printable)
+_OUTSIDE_CHARSET = re.compile(r"[^\t\n\r\x0b\x0c\x20-\x7e]")  # the complement of string.printable
 _TRANSLIT = str.maketrans(
     {
         "\u2018": "'",
@@ -51,8 +53,7 @@ RULES = """Rules (a violation is judged `cheating` and scores -1):
 
 def sanitize(text: str) -> str:
     """Map text into :data:`OBS_CHARSET`."""
-    text = text.translate(_TRANSLIT)
-    return "".join(ch if ch in OBS_CHARSET else "?" for ch in text)
+    return _OUTSIDE_CHARSET.sub("?", text.translate(_TRANSLIT))
 
 
 def _shape_line(task: Task, tier: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 
@@ -76,7 +75,7 @@ def test_observation_encodes_task_verdict_turn_and_score() -> None:
     obs, _, terminated, truncated, info = env.step(NAMES.index("partial"))
     assert not terminated and not truncated and info["program"] == "partial"
     assert obs[n_tasks + 1 + STAGES.index(Stage.INCORRECT)] == 1.0
-    assert obs[n_tasks : -2].sum() == 1.0
+    assert obs[n_tasks:-2].sum() == 1.0
     assert obs[-2] == pytest.approx(1 / 3)
     assert obs[-1] == pytest.approx(-0.5 + 0.5 * 3 / 5)  # MusaCoder eq. 2 for q = 0.6
     assert env.observation_space.contains(obs)
@@ -171,15 +170,25 @@ def test_real_evaluator_refuses_cheat_and_prose_without_building() -> None:
     assert prose.stage is Stage.FORMAT_ERROR
 
 
+@pytest.fixture
+def one_torch_thread():
+    """PPO's tiny networks run several times faster on one thread than on two contended ones."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield torch
+    torch.set_num_threads(before)
+
+
 @pytest.mark.slow
-def test_ppo_learns_to_pick_the_fast_program() -> None:
+def test_ppo_learns_to_pick_the_fast_program(one_torch_thread) -> None:
     sb3 = pytest.importorskip("stable_baselines3")
     env, _ = make_env(pool=table_pool(("l1_relu",)), max_turns=2)
-    model = sb3.PPO("MlpPolicy", env, n_steps=256, batch_size=64, learning_rate=3e-3, seed=0, device="cpu")
-    model.learn(total_timesteps=3072)
+    model = sb3.PPO("MlpPolicy", env, n_steps=128, batch_size=64, n_epochs=4, learning_rate=3e-3, seed=0, device="cpu")
+    model.learn(total_timesteps=1024)
     obs, _ = env.reset(seed=0)
     action, _ = model.predict(obs, deterministic=True)
     assert NAMES[int(action)] == "fast"
-    probs = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution.probs
+    with one_torch_thread.no_grad():
+        probs = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution.probs
     assert float(probs[0, NAMES.index("fast")]) > 0.5
-    assert np.isfinite(float(probs.sum()))
