@@ -19,4 +19,9 @@ def register_envs() -> None:
     }
     for env_id, kwargs in specs.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point="musaenv.env:KernelGenEnv", kwargs=kwargs)
+            gym.register(
+                id=env_id,
+                entry_point="musaenv.vector:make_env",  # KernelGenEnv with a shared-memory-safe Text space
+                vector_entry_point="musaenv.vector:make_vector_env",  # N envs, one shared evaluator pool
+                kwargs=kwargs,
+            )

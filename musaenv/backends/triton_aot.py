@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -112,8 +111,12 @@ def triton_aot_check(
     if timed_out:
         return TritonAotCheck(False, f"compile check killed after {timeout_s:.0f} s\n{output}", seconds)
     if not result:
-        return TritonAotCheck(False, f"the compile-check process died (exit {rc}) before reporting:\n{output}",
-                              seconds, inconclusive="the checker crashed")
+        return TritonAotCheck(
+            False,
+            f"the compile-check process died (exit {rc}) before reporting:\n{output}",
+            seconds,
+            inconclusive="the checker crashed",
+        )
     return TritonAotCheck(
         ok=bool(result["ok"]),
         log=str(result["log"])[-_LOG_CHARS:],
@@ -206,7 +209,8 @@ class _Recorder:
         if kernel is None or id(kernel) in self._seen:
             return
         self._seen.add(id(kernel))
-        self.kernels.append(_kernel_record(kernel, name, time.monotonic() - started, self.arch))
+        names = list(getattr(jit_fn, "arg_names", []))
+        self.kernels.append(_kernel_record(kernel, name, names, time.monotonic() - started, self.arch))
 
 
 class _CompileFailed(Exception):
@@ -219,13 +223,18 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor)
 
 
-def _kernel_record(kernel: Any, name: str, seconds: float, arch: int) -> dict[str, Any]:
+def _kernel_record(kernel: Any, name: str, arg_names: list[str], seconds: float, arch: int) -> dict[str, Any]:
     md = kernel.metadata
     src = kernel.src
+
+    def arg(path: Any) -> str:  # triton keys constexprs by argument path, e.g. (3,)
+        top = path[0] if isinstance(path, tuple) and path else path
+        return arg_names[top] if isinstance(top, int) and top < len(arg_names) else str(path)
+
     return {
         "name": name,
         "signature": {str(k): str(v) for k, v in getattr(src, "signature", {}).items()},
-        "constexprs": {str(k): repr(v) for k, v in getattr(src, "constants", {}).items()},
+        "constexprs": {arg(k): repr(v) for k, v in getattr(src, "constants", {}).items()},
         "num_warps": int(md.num_warps),
         "num_stages": int(getattr(md, "num_stages", 0)),
         "shared_bytes": int(md.shared),
@@ -289,8 +298,8 @@ def _install(recorder: _Recorder, arch: int) -> None:
         for config in self.configs:  # no GPU to benchmark on: every config must compile
             self.fn.run(*args, **{**kwargs, **config.all_kwargs()})
 
-    JITFunction.run = run  # type: ignore[method-assign]
-    Autotuner.run = autotuned  # type: ignore[method-assign]
+    JITFunction.run = run
+    Autotuner.run = autotuned
 
 
 def _fake_cuda(obj: Any, mode: Any) -> Any:
@@ -348,8 +357,11 @@ def _check(req: dict[str, Any], work: Path) -> dict[str, Any]:
     if not recorder.kernels:
         return {"ok": False, "log": "ModelNew.forward launched no Triton kernel", "kernels": []}
     problems = [p for rec in recorder.kernels for p in _limit_problems(rec)]
-    summary = [f"{r['name']}: {r['num_warps']} warps, {r['shared_bytes']} B shared, {r['registers']} registers, "
-               f"{r['seconds']:.2f} s" for r in recorder.kernels]
+    summary = [
+        f"{r['name']}: {r['num_warps']} warps, {r['shared_bytes']} B shared, {r['registers']} registers, "
+        f"{r['seconds']:.2f} s"
+        for r in recorder.kernels
+    ]
     return {"ok": not problems, "log": "\n".join(problems + summary), "kernels": recorder.kernels}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from musaenv import _env
@@ -38,9 +39,19 @@ class LocalEvaluator:
     Args:
         backend: Backend name or a resolved :class:`BackendInfo`.
         config: :class:`EvalConfig`.
+        device_slot: A lock (any context manager) held while the candidate's trials and timing and the
+            reference run, so evaluators sharing a device never run on it at once (their builds still overlap).
+            ``None``: no coordination (a lone evaluator). :class:`~musaenv.evaluator.pool.EvaluatorPool` passes one.
+        worker_env: Extra environment variables of candidate workers (e.g. ``CUDA_VISIBLE_DEVICES``).
     """
 
-    def __init__(self, backend: str | BackendInfo = "auto", config: EvalConfig | None = None) -> None:
+    def __init__(
+        self,
+        backend: str | BackendInfo = "auto",
+        config: EvalConfig | None = None,
+        device_slot: AbstractContextManager[Any] | None = None,
+        worker_env: dict[str, str] | None = None,
+    ) -> None:
         self.backend = backend if isinstance(backend, BackendInfo) else resolve_backend(backend)
         self.config = config or EvalConfig()
         self.tier = self.backend.tier if self.config.tier == "auto" else self.config.tier
@@ -50,6 +61,8 @@ class LocalEvaluator:
         # Triton without a GPU runs kernels in its interpreter, which must be chosen before triton is imported.
         interpret = self.backend.name == "triton" and self.backend.device == "cpu"
         self._worker_env = {"TRITON_INTERPRET": "1"} if interpret else {}
+        self._worker_env.update(worker_env or {})
+        self._device_slot = device_slot
         self._closed = False
         sweep_stale_builds()
 
@@ -132,9 +145,10 @@ class LocalEvaluator:
         ref = None
         if run.failure is None and not run.compile_only:
             try:
-                ref = self._reference.run(
-                    task, plan, self._timing_request(plan), self.config.run_timeout_s + self.config.timing_timeout_s
-                )
+                with self._device_slot or nullcontext():
+                    ref = self._reference.run(
+                        task, plan, self._timing_request(plan), self.config.run_timeout_s + self.config.timing_timeout_s
+                    )
             except ReferenceError_ as e:
                 return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
         return judge(
@@ -178,6 +192,7 @@ class LocalEvaluator:
                 self.config,
                 self.backend.name,
                 self.backend.compile_only,
+                device_slot=self._device_slot,
             )
         finally:
             worker.close()

@@ -172,6 +172,13 @@ def _perturb(t: torch.Tensor, gens: dict[str, torch.Generator]) -> bool:
     return True
 
 
+def _storage(t: torch.Tensor) -> int:
+    try:
+        return int(t.untyped_storage().data_ptr())
+    except (RuntimeError, AttributeError):  # no storage (meta, sparse): key on the tensor itself
+        return id(t)
+
+
 class _Perturber:
     """Call hook that overwrites the results and tensor arguments of one extension call, restoring them later.
 
@@ -179,8 +186,9 @@ class _Perturber:
     is that call's result (or an argument it wrote) passed through plumbing, so it must change.
     """
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, protected: set[int]) -> None:
         self.target = target
+        self.protected = protected  # storages of forward's inputs and the model's weights: arguments never touched
         self.hit = 0
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.gens: dict[str, torch.Generator] = {}
@@ -189,8 +197,12 @@ class _Perturber:
         if count != self.target:
             return
         seen: set[tuple[int, int]] = set()
+        outs = list(_tensors(result))
+        # Arguments that are forward's inputs or weights are left alone: a decoy that reads them again after the
+        # call would otherwise see its own input change. Results are always overwritten.
+        written = [t for t in [*_tensors(list(args)), *_tensors(kwargs)] if _storage(t) not in self.protected]
         with torch.no_grad():
-            for t in [*_tensors(result), *_tensors(list(args)), *_tensors(kwargs)]:
+            for t in [*outs, *written]:
                 key = (t.data_ptr(), t.numel())
                 if t.numel() == 0 or key in seen:
                     continue
@@ -332,8 +344,9 @@ class RuntimeGuard:
         per_call = self.trial_calls[0] if self.trial_calls else 0
         if not self.count_calls or per_call <= 0:
             return [], "skipped: no counted extension call in trial 1"
-        hook = _Perturber(self.calls.count + per_call)
         args = make_args()
+        weights = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+        hook = _Perturber(self.calls.count + per_call, {_storage(t) for t in [*_tensors(args), *weights]})
         self.calls.hook = hook
         try:
             with torch.no_grad():

@@ -111,6 +111,12 @@ DIRTY_SNIPPETS: dict[str, str] = {
     "relu_no_record": (
         "torch::Tensor relu_no_record(torch::Tensor x) { at::RecordFunctionGuard off(false); return at::relu(x); }"
     ),
+    # Unqualified: argument-dependent lookup finds at::clamp_min, with no at:: or torch:: in the source.
+    "relu_adl": "torch::Tensor relu_adl(torch::Tensor x) { return clamp_min(x, 0); }",
+    "relu_adl_unrecorded": (
+        "torch::Tensor relu_adl_unrecorded(torch::Tensor x) { at::RecordFunctionGuard off(false); "
+        "return clamp_min(x, 0); }"
+    ),
     "relu_bg_thread": r"""torch::Tensor relu_bg_thread(torch::Tensor x) {
     x = x.contiguous();
     auto out = torch::empty_like(x);

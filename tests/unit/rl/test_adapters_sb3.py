@@ -192,3 +192,32 @@ def test_ppo_learns_to_pick_the_fast_program(one_torch_thread) -> None:
     with one_torch_thread.no_grad():
         probs = model.policy.get_distribution(model.policy.obs_to_tensor(obs)[0]).distribution.probs
     assert float(probs[0, NAMES.index("fast")]) > 0.5
+
+
+EXPECTED_CPU_VERDICTS = {
+    "fast": "correct",
+    "slow": "correct",
+    "wrong": "incorrect",
+    "crash": "runtime_error",
+    "cheat": "cheating",
+    "prose": "format_error",
+}
+
+
+@pytest.mark.slow
+def test_builtin_programs_get_their_documented_verdicts_from_the_real_verifier(tmp_path: Path) -> None:
+    path = tmp_path / "evals.json"
+    env = DiscreteKernelEnv(tasks=["l1_relu"], backend="cpu", max_turns=1, eval_cache_path=path)
+    verdicts = {}
+    for action, name in enumerate(env.pool.names):
+        env.reset(seed=action)
+        _, _, _, _, info = env.step(action)
+        verdicts[name] = info["eval"]["stage"]
+    env.close()
+    assert verdicts == EXPECTED_CPU_VERDICTS
+    again = DiscreteKernelEnv(tasks=["l1_relu"], backend="cpu", max_turns=1, eval_cache_path=path)
+    for action in range(len(again.pool.names)):
+        again.reset(seed=100 + action)
+        again.step(action)
+    assert again.cache is not None and again.cache.misses == 0 and again.cache.hits == len(PROGRAMS)
+    again.close()

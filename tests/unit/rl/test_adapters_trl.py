@@ -16,6 +16,8 @@ from musaenv.rl.adapters.trl import (
     trl_dataset_rows,
     trl_reward_func,
 )
+from musaenv.tasks.builtin import solution_source
+from musaenv.types import EvalResult, Stage
 
 
 @pytest.fixture
@@ -87,13 +89,46 @@ def test_instances_of_one_class_share_one_evaluator(env_cls) -> None:
     assert other.shared_evaluator is None  # a new class does not inherit another's evaluator
 
 
+class RefusingEvaluator:
+    """Evaluator double: every response is a format error; remembers whether it was closed."""
+
+    tier = "cpu"
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def evaluate(self, task, response, seed=0):
+        return EvalResult(Stage.FORMAT_ERROR, task_id=task.id, messages=("no code",))
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def test_a_given_evaluator_is_used_and_left_open() -> None:
-    with LocalEvaluator("cpu") as ev:
-        cls = make_trl_environment(task="l1_relu", backend="cpu", max_turns=1, evaluator=ev)
-        env = cls()
-        env.reset()
-        assert env.task_id == "l1_relu" and env._env is not None and env._env.evaluator is ev
-        env.submit_kernel("no code at all")
-        assert env.done and env.get_reward() == pytest.approx(-1.0)
-        close_trl_environment(cls, [env])
-        assert cls.shared_evaluator is None and env._env is None
+    ev = RefusingEvaluator()
+    cls = make_trl_environment(task="l1_relu", backend="cpu", max_turns=1, evaluator=ev)
+    env = cls()
+    env.reset()
+    assert env.task_id == "l1_relu" and env._env is not None and env._env.evaluator is ev
+    env.submit_kernel("no code at all")
+    assert env.done and env.get_reward() == pytest.approx(-1.0)
+    close_trl_environment(cls, [env])
+    assert env._env is None and cls.shared_evaluator is ev and not ev.closed
+
+
+def test_an_evaluator_the_class_created_is_closed(env_cls) -> None:
+    env = env_cls()
+    env.reset(task="l1_relu")
+    created = env_cls.shared_evaluator
+    assert isinstance(created, LocalEvaluator)
+    close_trl_environment(env_cls, [env])
+    assert env_cls.shared_evaluator is None and created._closed
+
+
+@pytest.mark.slow
+def test_a_correct_kernel_ends_the_episode_with_a_positive_reward(env_cls) -> None:
+    env = env_cls()
+    env.reset(task="l1_relu", seed=0)
+    feedback = env.submit_kernel(solution_source("l1_relu"))
+    assert "Verdict: correct" in feedback and "episode is over" in feedback and env.done
+    assert env.get_reward() > 1.0  # PrimeEcho: s_1 >= 1 plus the first-turn bonus

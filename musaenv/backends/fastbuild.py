@@ -1,0 +1,330 @@
+"""Fast builds of CPU C++ candidates: torch's sources and flags, our own compiler driving.
+
+The produced module is what ``load_inline(name, cpp_sources, functions=...)`` produces: the same ``main.cpp``
+text, torch's own compile and link flags (read from torch, see :mod:`musaenv.backends.pch`), the candidate's
+flags untouched, ``TORCH_EXTENSION_NAME`` set to the module name, every function bound with
+``m.def(name, torch::wrap_pybind_function(fn), doc)`` in the order given. Two tiers, tried in order:
+
+``split``
+    The candidate's code is compiled *without* pybind11: a directory earlier on the include path maps
+    ``torch/extension.h`` to ``torch/all.h`` (with a precompiled ``torch/all.h``). The binding goes in other
+    translation units: one object per function *signature* (read back from a symbol whose mangled name spells
+    ``decltype(&fn)``) and one generic ``PYBIND11_MODULE`` object whose ``PyInit_`` symbol is renamed to the
+    module's name; both are built once and cached under ``<cache>/pch/bind``. Only for sources that never
+    mention Python or pybind11 (so the lighter header cannot change their meaning); anything unexpected
+    falls through to the next tier.
+``pch``
+    Torch's exact ``main.cpp`` compiled with a precompiled ``torch/extension.h``. Its compiler errors are the
+    verdict (same source, same flags, same file name as ``load_inline`` would report).
+
+Callers fall back to torch's ``load_inline`` when neither tier can run (e.g. a torch whose flag helpers changed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from musaenv.backends.pch import CompileFlags, PchStore, file_lock, run_tool, torch_flags
+
+__all__ = ["FastResult", "fast_build"]
+
+log = logging.getLogger(__name__)
+
+# Sources that may need Python or pybind11 declarations keep the full torch/extension.h (tier ``pch``).
+_NEEDS_PYTHON = re.compile(
+    r"pybind11|PYBIND11|\bpy::|Python\.h|torch/python\.h|\bPy[A-Z_]\w*|\b_object\b|\bTHP\w*|torch::python"
+    r"|wrap_pybind_function|HANDLE_TH_ERRORS"
+)
+_IDENT = re.compile(r"^[A-Za-z_]\w*(::[A-Za-z_]\w*)*$")
+_SIG_SYMBOL = re.compile(r"^void musaenv_sig_<(\d+), (.+)>\(\)$")
+_TYPE_WORD = re.compile(r"[A-Za-z_][\w:]*")
+_BUILTIN_WORDS = {"long", "int", "short", "char", "bool", "double", "float", "void", "unsigned", "signed", "const",
+                  "volatile", "noexcept", "wchar_t", "char8_t", "char16_t", "char32_t"}  # fmt: skip
+_KNOWN_NAMESPACES = ("at::", "c10::", "std::", "torch::", "caffe2::")
+
+
+@dataclass
+class FastResult:
+    """Outcome of :func:`fast_build`.
+
+    Attributes:
+        ok: The module ``<tmp>/<name>.so`` was produced.
+        log: Compiler output (for failures: the verdict, formatted like torch's build errors).
+        tier: ``split`` or ``pch`` (the tier that decided).
+        steps: What was tried, with seconds, for benchmarks and logs.
+    """
+
+    ok: bool
+    log: str
+    tier: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _main_cpp(spec: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
+    """torch's ``main.cpp`` (without the binding block) and the (function, docstring) pairs to bind."""
+    fns = spec.get("functions")
+    if isinstance(fns, str):
+        fns = [fns]
+    pairs = list(fns.items()) if isinstance(fns, dict) else [(f, f) for f in (fns or [])]
+    return "\n".join(["#include <torch/extension.h>", *spec["cpp_sources"]]), pairs
+
+
+def _binding_block(pairs: list[tuple[str, str]]) -> str:
+    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+    lines += [f'm.def("{f}", torch::wrap_pybind_function({f}), "{doc}");' for f, doc in pairs]
+    return "\n".join([*lines, "}"])
+
+
+def _compile(flags: CompileFlags, extra: list[str], src: Path, obj: Path, tmp: Path) -> tuple[int, str, list[str]]:
+    cmd = [*flags.cxx, *flags.cflags, *extra, "-c", str(src), "-o", str(obj)]
+    rc, out = run_tool(cmd, tmp)
+    return rc, out, cmd
+
+
+def _link(flags: CompileFlags, objs: list[Path], out: Path, tmp: Path) -> tuple[int, str]:
+    return run_tool([*flags.cxx, *[str(o) for o in objs], *flags.ldflags, "-o", str(out)], tmp)
+
+
+def _error_log(name: str, cmd: list[str], out: str) -> str:
+    """A build failure in the shape torch reports it (the compiler's own lines verbatim)."""
+    return f"RuntimeError: Error building extension '{name}': FAILED: main.o\n{' '.join(cmd)}\n{out}"
+
+
+def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: str = "fast") -> FastResult | None:
+    """Build ``spec`` into ``tmp/<name>.so`` without torch's ``load_inline``; ``None`` means "use load_inline".
+
+    Args:
+        spec: A :class:`~musaenv.backends.loader.BuildSpec` as a dict.
+        name: Module name (``TORCH_EXTENSION_NAME``).
+        tmp: Private build directory.
+        cache: The ``pch`` cache directory.
+        mode: ``fast`` (split, then pch) or ``pch`` (pch only).
+    """
+    if spec.get("cuda_sources") or spec.get("with_cuda") or not spec.get("cpp_sources"):
+        return None
+    try:
+        flags = torch_flags(
+            cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
+            spec.get("extra_include_paths") or (),
+        )  # fmt: skip
+    except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
+        log.warning("fast build unavailable, using load_inline: %s", e)
+        return None
+    store = PchStore(cache)
+    store.sweep()
+    source, pairs = _main_cpp(spec)
+    steps: list[dict[str, Any]] = []
+    if mode == "fast" and _split_eligible(spec, source, pairs):
+        res = _split_tier(flags, store, source, pairs, name, tmp, cache, steps)
+        if res is not None:
+            return res
+    return _pch_tier(flags, store, source, pairs, name, tmp, steps)
+
+
+def _split_eligible(spec: dict[str, Any], source: str, pairs: list[tuple[str, str]]) -> bool:
+    if not pairs or _NEEDS_PYTHON.search(source):
+        return False
+    if not all(_IDENT.match(f) for f, _ in pairs):
+        return False
+    return all(not re.search(r'["\\\n]', doc) for _, doc in pairs)
+
+
+def _pch_tier(
+    flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
+    steps: list[dict[str, Any]],
+) -> FastResult | None:  # fmt: skip
+    pch = store.include_flags("full", flags)
+    if pch is None:
+        return None
+    src = tmp / "main.cpp"
+    src.write_text(source + ("\n" + _binding_block(pairs) if pairs else ""))
+    rc, out, cmd = _compile(flags, pch, src, tmp / "main.o", tmp)
+    steps.append({"step": "pch_compile", "rc": rc})
+    if "not used because" in out:
+        log.warning("precompiled header rejected by the compiler: %s", out[-400:])
+    if rc != 0:
+        return FastResult(False, _error_log(name, cmd, out), "pch", steps)
+    rc, out = _link(flags, [tmp / "main.o"], tmp / f"{name}.so", tmp)
+    steps.append({"step": "link", "rc": rc})
+    if rc != 0:
+        return FastResult(False, f"RuntimeError: Error building extension '{name}': FAILED: {name}.so\n{out}", "pch")
+    return FastResult(True, "", "pch", steps)
+
+
+def _lite_overlay(cache: Path) -> Path:
+    """An include directory where ``torch/extension.h`` is ``torch/all.h`` (pybind11-free candidates only)."""
+    d = cache / "lite_include"
+    header = d / "torch" / "extension.h"
+    if not header.exists():
+        header.parent.mkdir(parents=True, exist_ok=True)
+        part = header.with_suffix(".tmp")
+        part.write_text("#pragma once\n#include <torch/all.h>\n")
+        part.replace(header)
+    return d
+
+
+def _split_tier(
+    flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
+    cache: Path, steps: list[dict[str, Any]],
+) -> FastResult | None:  # fmt: skip
+    pch = store.include_flags("lite", flags)
+    if pch is None:
+        return None
+    scaffold = ["", "template <int I, class T> void musaenv_sig_() {}"]
+    for i, (f, _) in enumerate(pairs):
+        scaffold.append(f"template void musaenv_sig_<{i}, decltype(&{f})>();")
+        scaffold.append(
+            f'extern "C" __attribute__((visibility("hidden"))) void* musaenv_fn_{i}() '
+            f"{{ return reinterpret_cast<void*>(&{f}); }}"
+        )
+    user = tmp / "main.cpp"
+    user.write_text(source + "\n".join(scaffold) + "\n")
+    rc, out, _ = _compile(flags, ["-I", str(_lite_overlay(cache)), *pch], user, tmp / "main.o", tmp)
+    steps.append({"step": "split_compile", "rc": rc})
+    if "not used because" in out:
+        log.warning("precompiled header rejected by the compiler: %s", out[-400:])
+    if rc != 0:
+        return None  # the pch tier gives the authoritative error (or succeeds where the light header did not)
+    sigs = _signatures(tmp / "main.o", len(pairs), tmp)
+    if sigs is None:
+        return None
+    objs = [tmp / "main.o"]
+    for sig in dict.fromkeys(sigs):
+        obj = _binding_object(flags, store, sig, cache, steps)
+        if obj is None:
+            return None
+        objs.append(obj)
+    module = _module_object(flags, store, name, cache, tmp, steps)
+    stub = _stub(pairs, sigs, name, tmp)
+    if module is None or stub is None:
+        return None
+    rc, _, _ = _compile(flags, [], stub, tmp / "musaenv_stub.o", tmp)
+    if rc != 0:
+        return None
+    rc, _ = _link(flags, [*objs, tmp / "musaenv_stub.o", module], tmp / f"{name}.so", tmp)
+    steps.append({"step": "link", "rc": rc})
+    return FastResult(True, "", "split", steps) if rc == 0 else None
+
+
+def _signatures(obj: Path, n: int, tmp: Path) -> list[str] | None:
+    """``decltype(&fn)`` of each bound function, spelled by the demangler (fully qualified, canonical)."""
+    rc, out = run_tool(["nm", "-P", str(obj)], tmp, 60)
+    if rc != 0:
+        return None
+    mangled = [line.split()[0] for line in out.splitlines() if "musaenv_sig_" in line]
+    rc, out = run_tool(["c++filt", *mangled], tmp, 60) if mangled else (1, "")
+    found: dict[int, str] = {}
+    for line in out.splitlines():
+        m = _SIG_SYMBOL.match(line.strip())
+        if m and _spellable(m.group(2)):
+            found[int(m.group(1))] = m.group(2)
+    return [found[i] for i in range(n)] if len(found) == n and set(found) == set(range(n)) else None
+
+
+def _spellable(sig: str) -> bool:
+    """True when a demangled type can be written in a TU that only includes torch (no user-defined types)."""
+    if any(bad in sig for bad in ("anonymous", "lambda", "'", "unnamed", "{")):
+        return False
+    words = (w for w in _TYPE_WORD.findall(sig) if not w.isdigit())
+    return all(w in _BUILTIN_WORDS or w.startswith(_KNOWN_NAMESPACES) for w in words)
+
+
+def _sig_id(sig: str) -> str:
+    return hashlib.sha256(sig.encode()).hexdigest()[:16]
+
+
+def _cached_object(path: Path, source: str, flags: CompileFlags, pch: list[str], steps: list[dict[str, Any]]) -> bool:
+    """Compile ``source`` into ``path`` once (under a lock, renamed into place); True when it exists."""
+    if path.exists():
+        return True
+    with file_lock(path.with_name(f".{path.name}.lock")):
+        if path.exists():
+            return True
+        src = path.with_suffix(".cpp")
+        src.write_text(source)
+        part = path.with_name(f".{path.name}.part")
+        cmd = [*flags.cxx, *flags.pch_flags(), "-DTORCH_EXTENSION_NAME=musaenv_generic_module", *pch]
+        rc, out = run_tool([*cmd, "-c", str(src), "-o", str(part)], path.parent)
+        steps.append({"step": f"cache_object:{path.name}", "rc": rc})
+        if rc != 0:
+            log.warning("binding object %s failed: %s", path.name, out[-800:])
+            part.unlink(missing_ok=True)
+            return False
+        part.replace(path)
+    return True
+
+
+def _binding_object(
+    flags: CompileFlags, store: PchStore, sig: str, cache: Path, steps: list[dict[str, Any]]
+) -> Path | None:
+    path = cache / "bind" / flags.key() / f"def_{_sig_id(sig)}.o"
+    if path.exists():
+        return path
+    pch = store.include_flags("full", flags) or []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = "\n".join([
+        "#include <torch/extension.h>",
+        "namespace musaenv_bind {",
+        f'__attribute__((visibility("hidden"))) void def_{_sig_id(sig)}(PyObject* mod, const char* name, '
+        "const char* doc, void* fn) {",
+        f"  using Sig = {sig};",
+        "  auto m = pybind11::reinterpret_borrow<pybind11::module_>(mod);",
+        "  m.def(name, torch::wrap_pybind_function(reinterpret_cast<Sig>(fn)), doc);",
+        "}",
+        "}  // namespace musaenv_bind",
+    ])  # fmt: skip
+    return path if _cached_object(path, source + "\n", flags, pch, steps) else None
+
+
+def _module_object(
+    flags: CompileFlags, store: PchStore, name: str, cache: Path, tmp: Path, steps: list[dict[str, Any]]
+) -> Path | None:
+    """The generic ``PYBIND11_MODULE`` object, with its ``PyInit_`` symbol renamed to this module's name."""
+    path = cache / "bind" / flags.key() / "module.o"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = "\n".join([
+            "#include <torch/extension.h>",
+            'extern "C" __attribute__((visibility("hidden"))) int musaenv_module_body(PyObject* m);',
+            'extern "C" __attribute__((visibility("hidden"))) const char* musaenv_module_name();',
+            "PYBIND11_MODULE(musaenv_generic_module, m) {",
+            "  if (m.attr(\"__name__\").cast<std::string>() != musaenv_module_name()) {",
+            "    m.attr(\"__name__\") = musaenv_module_name();  // single-phase init (pybind11 2.x) names by def",
+            "  }",
+            "  if (musaenv_module_body(m.ptr()) != 0) throw pybind11::error_already_set();",
+            "}",
+        ])  # fmt: skip
+        if not _cached_object(path, source + "\n", flags, store.include_flags("full", flags) or [], steps):
+            return None
+    renamed = tmp / "musaenv_module.o"
+    rc, _ = run_tool(
+        ["objcopy", f"--redefine-sym=PyInit_musaenv_generic_module=PyInit_{name}", str(path), str(renamed)], tmp, 60
+    )
+    return renamed if rc == 0 else None
+
+
+def _stub(pairs: list[tuple[str, str]], sigs: list[str], name: str, tmp: Path) -> Path | None:
+    """The per-module glue: calls each signature's ``def_`` with the function's address (no headers at all)."""
+    lines = ["struct _object;", "typedef struct _object PyObject;", "namespace musaenv_bind {"]
+    for sig in dict.fromkeys(sigs):
+        lines.append(
+            f'__attribute__((visibility("hidden"))) void def_{_sig_id(sig)}(PyObject*, const char*, const char*, '
+            "void*);"
+        )
+    lines.append("}")
+    for i in range(len(pairs)):
+        lines.append(f'extern "C" __attribute__((visibility("hidden"))) void* musaenv_fn_{i}();')
+    lines.append(f'extern "C" __attribute__((visibility("hidden"))) const char* musaenv_module_name() '
+                 f'{{ return "{name}"; }}')  # fmt: skip
+    lines.append('extern "C" __attribute__((visibility("hidden"))) int musaenv_module_body(PyObject* m) {')
+    for i, ((f, doc), sig) in enumerate(zip(pairs, sigs)):
+        lines.append(f'  musaenv_bind::def_{_sig_id(sig)}(m, "{f}", "{doc}", musaenv_fn_{i}());')
+    lines += ["  return 0;", "}"]
+    path = tmp / "musaenv_stub.cpp"
+    path.write_text("\n".join(lines) + "\n")
+    return path

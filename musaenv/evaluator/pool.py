@@ -1,0 +1,261 @@
+"""MooreEval-style pools: compilation (CPU-bound) and execution (device-bound) scaled independently.
+
+An :class:`EvaluatorPool` runs up to ``compile_workers + len(devices)`` evaluations at once, each in a
+:class:`~musaenv.evaluator.local.LocalEvaluator` of its own (own worker processes, reference worker and spare).
+Two bounds decouple the stages:
+
+* **compile slots**: at most ``compile_workers`` builds run at once in this process (a semaphore in
+  :mod:`musaenv.backends.loader`; cache hits never wait for one);
+* **device slots**: one lock per device, held from a candidate's first trial to the end of its reference run, so
+  runs and timings on one device never overlap while other requests compile.
+
+Requests beyond the in-flight bound wait in :meth:`EvaluatorPool.submit` (back-pressure). Results whose stage is
+``infra_error`` are retried on a fresh evaluator; everything else is final. Every request gets a result: an
+exception escaping an evaluator becomes an ``infra_error`` result, never a lost request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from musaenv.backends import BackendInfo, resolve_backend
+from musaenv.backends.loader import configure_builds, default_build_parallelism
+from musaenv.config import EvalConfig
+from musaenv.tasks.task import Task
+from musaenv.types import EvalResult, Stage
+
+__all__ = ["EvalRequest", "EvaluatorPool", "evaluate_many"]
+
+log = logging.getLogger(__name__)
+
+PROGRESS_MIN_BATCH = 8  # batches at least this long show a progress bar (when stderr is a terminal)
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """One evaluation: a response on a task with a seed (tuples ``(task, response[, seed])`` are accepted too)."""
+
+    task: Task
+    response: str
+    seed: int = 0
+
+    @classmethod
+    def coerce(cls, item: EvalRequest | Sequence[Any]) -> EvalRequest:
+        """Accept an :class:`EvalRequest` or a ``(task, response[, seed])`` tuple."""
+        if isinstance(item, EvalRequest):
+            return item
+        return cls(item[0], item[1], int(item[2]) if len(item) > 2 else 0)
+
+
+def _device_env(device: str) -> dict[str, str]:
+    """Pin candidate workers of ``cuda:N`` / ``musa:N`` slots to that card."""
+    kind, _, index = device.partition(":")
+    if not index:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": index} if kind == "cuda" else {"MUSA_VISIBLE_DEVICES": index}
+
+
+class EvaluatorPool:
+    """Evaluate many candidates concurrently with bounded compile and device concurrency.
+
+    Same :meth:`evaluate` API as :class:`~musaenv.evaluator.local.LocalEvaluator` (so an env can use it), plus
+    :meth:`submit` (a future, blocking while the pool is full) and :meth:`evaluate_many` (a batch, in order).
+
+    Args:
+        backend: Backend name or :class:`BackendInfo`.
+        config: :class:`EvalConfig` for every evaluation.
+        compile_workers: Builds at once (default: one per core, fewer when memory is short).
+        devices: Device slot names, one lock each, e.g. ``["cuda:0", "cuda:1"]`` (``cuda:N`` pins candidate
+            workers with ``CUDA_VISIBLE_DEVICES``). Default: one slot for the backend's device.
+        max_in_flight: Requests evaluated at once (default ``compile_workers + len(devices)``).
+        request_timeout_s: Wall-clock limit per request (queueing excluded); past it the request gets an
+            ``infra_error`` result marked ``pool_timeout`` (not retried) while its evaluator finishes in the background.
+        max_retries: Extra attempts for requests whose result is ``infra_error``.
+    """
+
+    def __init__(
+        self,
+        backend: str | BackendInfo = "auto",
+        config: EvalConfig | None = None,
+        compile_workers: int | None = None,
+        devices: Sequence[str] | None = None,
+        max_in_flight: int | None = None,
+        request_timeout_s: float | None = None,
+        max_retries: int = 1,
+    ) -> None:
+        self.backend = backend if isinstance(backend, BackendInfo) else resolve_backend(backend)
+        self.config = config or EvalConfig()
+        self.tier = self.backend.tier if self.config.tier == "auto" else self.config.tier
+        self.compile_workers = compile_workers or default_build_parallelism()
+        self.devices = list(devices or [self.backend.device])
+        self.max_in_flight = max_in_flight or self.compile_workers + len(self.devices)
+        self.request_timeout_s = request_timeout_s
+        self.max_retries = max_retries
+        configure_builds(max_parallel=self.compile_workers)
+        self._slots = {d: threading.Lock() for d in self.devices}
+        self._free: list[Any] = []  # idle LocalEvaluators
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+        self._next_device = 0
+        self._capacity = threading.BoundedSemaphore(self.max_in_flight)
+        self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="musaenv-eval")
+        self._closed = False
+
+    def _new_evaluator(self) -> Any:
+        from musaenv.evaluator.local import LocalEvaluator
+
+        with self._lock:
+            device = self.devices[self._next_device % len(self.devices)]
+            self._next_device += 1
+        ev = LocalEvaluator(self.backend, self.config, device_slot=self._slots[device], worker_env=_device_env(device))
+        with self._lock:
+            self._all.append(ev)
+        return ev
+
+    def _take(self) -> Any:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return self._new_evaluator()
+
+    def _give_back(self, ev: Any, healthy: bool) -> None:
+        if healthy and not self._closed:
+            with self._lock:
+                self._free.append(ev)
+            return
+        ev.close()
+        with self._lock:
+            if ev in self._all:
+                self._all.remove(ev)
+
+    def _attempt(self, req: EvalRequest) -> EvalResult:
+        ev = self._take()
+        healthy = False
+        try:
+            result: EvalResult = ev.evaluate(req.task, req.response, seed=req.seed)
+            healthy = result.stage is not Stage.INFRA_ERROR
+            return result
+        except Exception as e:  # a harness bug or a dead process: the request still gets a result
+            log.exception("evaluator failed on %s", req.task.id)
+            return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name,
+                              messages=(f"evaluator failed: {type(e).__name__}: {e}",))  # fmt: skip
+        finally:
+            self._give_back(ev, healthy)
+
+    def _run(self, req: EvalRequest) -> EvalResult:
+        result = self._attempt(req)
+        retries = 0
+        while result.stage is Stage.INFRA_ERROR and retries < self.max_retries and not self._closed:
+            retries += 1
+            log.warning("infra_error on %s, retry %d: %s", req.task.id, retries, result.messages[:1])
+            result = self._attempt(req)
+        return result.replace(extra={**result.extra, "retries": retries}) if retries else result
+
+    def submit(self, task: Task, response: str, seed: int = 0) -> Future[EvalResult]:
+        """Queue one evaluation; blocks while ``max_in_flight`` requests are running (back-pressure)."""
+        if self._closed:
+            raise RuntimeError("EvaluatorPool is closed")
+        self._capacity.acquire()
+        req = EvalRequest(task, response, seed)
+        try:
+            fut = self._executor.submit(self._run, req)
+        except BaseException:
+            self._capacity.release()
+            raise
+        fut.add_done_callback(lambda _: self._capacity.release())
+        return fut
+
+    def evaluate(self, task: Task, response: str, seed: int = 0) -> EvalResult:
+        """Evaluate one response (thread-safe; same contract as ``LocalEvaluator.evaluate``)."""
+        return self._collect(self.submit(task, response, seed), EvalRequest(task, response, seed), time.monotonic())
+
+    def _collect(self, fut: Future[EvalResult], req: EvalRequest, started: float) -> EvalResult:
+        if self.request_timeout_s is None:
+            return fut.result()
+        remaining = self.request_timeout_s - (time.monotonic() - started)
+        done, _ = wait([fut], timeout=max(remaining, 0.0))
+        if done:
+            return fut.result()
+        return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name,
+                          messages=(f"the pool's {self.request_timeout_s:.0f} s request limit passed",),
+                          extra={"pool_timeout": True})  # fmt: skip
+
+    def imap(self, requests: Iterable[EvalRequest | Sequence[Any]]) -> Iterator[tuple[int, EvalResult]]:
+        """Yield ``(index, result)`` as evaluations finish, submitting lazily (never more than the pool holds)."""
+        pending: dict[Future[EvalResult], tuple[int, EvalRequest, float]] = {}
+        source = enumerate(EvalRequest.coerce(r) for r in requests)
+        exhausted = False
+        while pending or not exhausted:
+            while not exhausted and len(pending) < self.max_in_flight:
+                item = next(source, None)
+                if item is None:
+                    exhausted = True
+                    break
+                i, req = item
+                pending[self.submit(req.task, req.response, req.seed)] = (i, req, time.monotonic())
+            if not pending:
+                break
+            done, _ = wait(list(pending), timeout=self._poll_s(pending), return_when=FIRST_COMPLETED)
+            for fut in list(pending):
+                i, req, started = pending[fut]
+                overdue = self.request_timeout_s is not None and time.monotonic() - started >= self.request_timeout_s
+                if fut in done or overdue:
+                    del pending[fut]
+                    yield i, self._collect(fut, req, started)
+
+    def _poll_s(self, pending: dict[Future[EvalResult], tuple[int, EvalRequest, float]]) -> float | None:
+        if self.request_timeout_s is None:
+            return None
+        first = min(started for _, _, started in pending.values())
+        return max(0.0, self.request_timeout_s - (time.monotonic() - first)) + 0.01
+
+    def evaluate_many(
+        self, requests: Iterable[EvalRequest | Sequence[Any]], progress: bool | None = None
+    ) -> list[EvalResult]:
+        """Evaluate a batch; results in request order. ``progress``: tqdm bar (default: batches of 8 or more)."""
+        from tqdm.auto import tqdm
+
+        reqs = [EvalRequest.coerce(r) for r in requests]
+        show = len(reqs) >= PROGRESS_MIN_BATCH if progress is None else progress
+        results: list[EvalResult | None] = [None] * len(reqs)
+        with tqdm(total=len(reqs), desc="evaluating", unit="cand", disable=not show or None) as bar:
+            for i, result in self.imap(reqs):
+                results[i] = result
+                bar.update(1)
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        """Wait for running evaluations, then stop every worker (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True)
+        with self._lock:
+            evaluators, self._all, self._free = list(self._all), [], []
+        for ev in evaluators:
+            ev.close()
+
+    def __enter__(self) -> EvaluatorPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def evaluate_many(
+    requests: Iterable[EvalRequest | Sequence[Any]],
+    backend: str | BackendInfo = "auto",
+    config: EvalConfig | None = None,
+    compile_workers: int | None = None,
+    devices: Sequence[str] | None = None,
+    **pool_kwargs: Any,
+) -> list[EvalResult]:
+    """One-shot batch evaluation through a temporary :class:`EvaluatorPool` (results in request order)."""
+    with EvaluatorPool(backend, config, compile_workers=compile_workers, devices=devices, **pool_kwargs) as pool:
+        return pool.evaluate_many(requests)

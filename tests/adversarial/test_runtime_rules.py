@@ -1,0 +1,160 @@
+"""The parent-side rules of the runtime checks, on synthetic worker reports (fast: no compiler, no worker).
+
+Also: each C++-side cheat alone must be refused by the static C++ scan, because some of them (direct CPU kernels,
+RecordFunction switched off) are invisible to the runtime profiler.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from musaenv.verification import analyze_candidate
+from musaenv.verification.runtime import (
+    RuntimeFindings,
+    RuntimeSettings,
+    assess_runtime,
+    checked_speedup,
+    forbidden_ops,
+    input_dependence_failures,
+    is_allowed_aten_op,
+)
+from tests.adversarial.kernels import DIRTY_HEADER, DIRTY_SNIPPETS
+
+STRICT = RuntimeSettings(policy="strict", checks=True)
+TOL = (1e-4, 1e-4)
+
+
+def _trials(n: int = 3, scale: float = 1.0, seed: int = 0) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [[np.maximum(rng.standard_normal((16, 32)), 0).astype(np.float32) * scale] for _ in range(n)]
+
+
+def _report(**fields: object) -> dict[str, dict[str, object]]:
+    base: dict[str, object] = {"type": "runtime", "phase": "trials", "kernel_calls": [1, 1, 1], "repeat_calls": 1}
+    base.update(fields)
+    return {"trials": base}
+
+
+@pytest.mark.parametrize("name", ["aten::empty_like", "aten::view", "aten::_to_copy", "aten::_cast_Float", "aten::t"])
+def test_plumbing_is_allowed(name: str) -> None:
+    assert is_allowed_aten_op(name)
+
+
+@pytest.mark.parametrize("name", ["aten::relu", "aten::add", "aten::mm", "aten::cat", "aten::index", "aten::linear"])
+def test_compute_is_forbidden(name: str) -> None:
+    assert not is_allowed_aten_op(name)
+    assert forbidden_ops([{"name": name, "cpu_us": 1.0}])
+
+
+def test_strict_profile_with_compute_is_an_error_and_permissive_a_warning() -> None:
+    profile = {"ok": True, "wall_us": 100.0, "ops": [{"name": "aten::relu", "cpu_us": 40.0}, {"name": "aten::view"}]}
+    ref = _trials()
+    for policy, flagged in (("strict", True), ("permissive", False)):
+        out = assess_runtime(_report(profile=profile), [], ref, ref, [True] * 3, TOL, RuntimeSettings(policy, True))
+        assert ("forbidden_aten_op" in out.flags) is flagged
+        assert ("forbidden_aten_op" in out.warnings) is not flagged
+        assert out.extra["coverage"]["cpu"] == pytest.approx(0.6)
+
+
+def test_constant_output_on_a_varying_reference_is_flagged() -> None:
+    ref = _trials(scale=1e-6)
+    zeros = [[np.zeros_like(r[0])] for r in ref]
+    assert input_dependence_failures(zeros, ref, [True] * 3)
+    out = assess_runtime(_report(), [], zeros, ref, [True] * 3, TOL, STRICT)
+    assert "output_independent_of_input" in out.flags
+
+
+def test_correct_output_with_rounding_error_is_not_flagged() -> None:
+    ref = _trials(scale=1e-6)
+    rng = np.random.default_rng(1)
+    cand = [[(r[0] * (1 + 1e-6 * rng.standard_normal(r[0].shape))).astype(np.float32)] for r in ref]
+    assert input_dependence_failures(cand, ref, [True] * 3) == []
+
+
+def test_constant_reference_is_not_judged() -> None:
+    ref = [[np.full((4, 4), 2.0, np.float32)] for _ in range(3)]
+    assert input_dependence_failures(ref, ref, [True] * 3) == []
+
+
+def test_poisoned_repeat_that_fails_is_an_error_and_bit_noise_a_warning() -> None:
+    ref = _trials()
+    cand = [[r[0].copy()] for r in ref]
+    nan_repeat = [np.where(ref[0][0] > 0, ref[0][0], np.nan).astype(np.float32)]
+    out = assess_runtime(_report(repeat_outputs=1), nan_repeat, cand, ref, [True] * 3, TOL, STRICT)
+    assert "nondeterministic" in out.flags
+    noisy = [np.nextafter(ref[0][0], np.float32(np.inf)).astype(np.float32)]
+    out = assess_runtime(_report(repeat_outputs=1), noisy, cand, ref, [True] * 3, TOL, STRICT)
+    assert "nondeterministic" not in out.flags and "nondeterministic_bits" in out.warnings
+
+
+def test_unchanged_output_after_overwriting_the_kernel_result_is_flagged() -> None:
+    ref = _trials()
+    cand = [[r[0].copy()] for r in ref]
+    out = assess_runtime(_report(perturb_outputs=1), [cand[0][0].copy()], cand, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == ["output_not_from_kernel"]
+    changed = [cand[0][0] + 1.0]
+    out = assess_runtime(_report(perturb_outputs=1), changed, cand, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == []
+
+
+def test_missing_kernel_calls_and_cached_repeat_are_flagged() -> None:
+    ref = _trials()
+    out = assess_runtime(_report(kernel_calls=[1, 0, 1]), [], ref, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == ["no_kernel_call"]
+    out = assess_runtime(_report(repeat_calls=0), [], ref, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == ["no_kernel_call"]
+    timing = {"phase": "timing", "kernel_calls": 3, "forward_calls": 9}
+    out = assess_runtime({**_report(), "timing": timing}, [], ref, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == ["no_kernel_call"]
+
+
+def test_threads_settings_and_tampering_are_flagged() -> None:
+    ref = _trials()
+    report = _report(
+        threads={"base": 3, "max_seen": 4},
+        global_state=["num_threads: 1 -> 4"],
+        tampered={"timer": ["time.perf_counter_ns"], "harness": ["torch.allclose"]},
+    )
+    out = assess_runtime(report, [], ref, ref, [True] * 3, TOL, STRICT)
+    assert set(out.flags) == {"thread_started", "global_state_changed", "timer_tampering", "harness_tampering"}
+
+
+def test_checks_off_judges_nothing_but_the_profile() -> None:
+    ref = _trials()
+    report = _report(kernel_calls=[0, 0, 0], threads={"base": 1, "max_seen": 9})
+    out = assess_runtime(report, [], ref, ref, [True] * 3, TOL, RuntimeSettings("off", False))
+    assert out.flags == [] and out.warnings == []
+
+
+def test_suspicious_speedup_is_recomputed_from_the_slower_measurement() -> None:
+    out = RuntimeFindings()
+    counted = checked_speedup(100.0, 10.0, 0.1, [2.0, 2.5, 3.0], STRICT, out)
+    assert counted == pytest.approx(10.0 / 2.5)
+    assert set(out.warnings) == {"suspicious_speedup", "timing_inconsistent"}
+    plain = RuntimeFindings()
+    assert checked_speedup(2.0, 10.0, 5.0, [5.1, 4.9, 5.0], STRICT, plain) == 2.0
+    assert plain.warnings == []
+
+
+_STATIC_GAPS = {
+    "relu_adl": "static_cpp has no rule for unqualified ATen calls found by argument-dependent lookup",
+    "relu_adl_unrecorded": "static_cpp has no rule for unqualified ATen calls nor for at::RecordFunctionGuard",
+}
+SNIPPET_PARAMS = [
+    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_STATIC_GAPS[n])) if n in _STATIC_GAPS else n
+    for n in sorted(DIRTY_SNIPPETS)
+]
+
+
+@pytest.mark.parametrize("name", SNIPPET_PARAMS)
+def test_static_scan_refuses_each_cpp_cheat_alone(name: str) -> None:
+    source = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        f'CPP = r"""{DIRTY_HEADER}\n{DIRTY_SNIPPETS[name]}\n"""\n'
+        f'ext = load_inline(name="one", cpp_sources=CPP, functions=["{name}"])\n\n\n'
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+        f"        return ext.{name}(x)\n"
+    )
+    report = analyze_candidate(source, policy="strict", backend="cpu")
+    assert report.errors, f"the static scan let {name} through: {report.messages}"
