@@ -1,10 +1,9 @@
 """Do the CUDA and Triton backends work end to end on this GPU?
 
 Runs every shipped CUDA and Triton solution through ``KernelGen-v0`` (one turn each) at the GPU-tier shapes,
-plus a wrong CUDA kernel and a side-stream timing cheat (with static checks on, and off to see what the
-runtime defences alone make of it), prints a compact table (task, backend, compile seconds, verdict,
-speedup) and writes it as JSON. It never asserts: read the table. On a machine without an NVIDIA GPU it
-exits at once with a message. See docs/gpu-validation.md.
+plus a wrong CUDA kernel and a side-stream timing cheat, prints a compact table (task, backend, compile
+seconds, verdict, speedup) and writes it as JSON. It never asserts: read the table. On a machine without an
+NVIDIA GPU it exits at once with a message. See docs/gpu-validation.md.
 
 Two passes keep it within ~5 minutes on one GPU: CUDA builds happen first, several at a time, in evaluators
 with timing off (that is where the compile seconds come from); then every candidate is evaluated once more,
@@ -64,7 +63,6 @@ class Case:
     candidate: str
     expected: str
     response: str
-    static_policy: str = "strict"
 
 
 def _cases(only: set[str] | None) -> list[Case]:
@@ -76,16 +74,6 @@ def _cases(only: set[str] | None) -> list[Case]:
                 cases.append(Case(tid, backend, "solution", "correct", src))
     cases.append(Case("l1_relu", "cuda", "wrong kernel", "incorrect", WRONG_RELU_CUDA))
     cases.append(Case("l1_relu", "cuda", "side-stream cheat", "cheating", SIDE_STREAM_RELU_CUDA))
-    cases.append(
-        Case(
-            "l1_relu",
-            "cuda",
-            "side-stream cheat, static off",
-            "(runtime defences)",
-            SIDE_STREAM_RELU_CUDA,
-            static_policy="off",
-        )
-    )
     return cases
 
 
@@ -98,14 +86,14 @@ def _eval_config(static_policy: str, timing: bool) -> EvalConfig:
 
 def build_pass(cases: list[Case], jobs: int) -> dict[int, float | None]:
     """Build every CUDA candidate, ``jobs`` at a time (timing off); returns compile seconds by case index."""
-    first: dict[str, int] = {}  # one build per distinct source (the two side-stream cases share one)
+    first: dict[str, int] = {}  # one build per distinct source
     for i, c in enumerate(cases):
         if c.backend == "cuda":
             first.setdefault(c.response, i)
 
     def one(i: int) -> float | None:
         c = cases[i]
-        # Static checks off: the side-stream cheat must build too; its verdict comes from the timed pass.
+        # Static compute checks off (safety bans stay): a build is all this pass is for.
         with LocalEvaluator("cuda", _eval_config("off", timing=False)) as ev:
             return ev.evaluate(get_task(c.task), c.response, seed=0).compile_time_s
 
@@ -116,14 +104,13 @@ def build_pass(cases: list[Case], jobs: int) -> dict[int, float | None]:
 
 def timed_pass(cases: list[Case], compile_s: dict[int, float | None]) -> list[Row]:
     """Evaluate each case once through the env, one at a time (builds are cached by now)."""
-    evaluators: dict[tuple[str, str], LocalEvaluator] = {}
+    evaluators: dict[str, LocalEvaluator] = {}
     rows = []
     try:
         for i, c in enumerate(cases):
-            key = (c.backend, c.static_policy)
-            if key not in evaluators:
-                evaluators[key] = LocalEvaluator(c.backend, _eval_config(c.static_policy, timing=True))
-            ev = evaluators[key]
+            if c.backend not in evaluators:
+                evaluators[c.backend] = LocalEvaluator(c.backend, _eval_config("strict", timing=True))
+            ev = evaluators[c.backend]
             env = gym.make("KernelGen-v0", task=c.task, backend=c.backend, max_turns=1, evaluator=ev)
             env.reset(seed=i)
             _, _, _, _, info = env.step(c.response)
@@ -154,7 +141,7 @@ def timed_pass(cases: list[Case], compile_s: dict[int, float | None]) -> list[Ro
 def _format(r: Row) -> str:
     cs = "-" if r.compile_s is None else f"{r.compile_s:7.1f}"
     sp = "-" if r.speedup is None else f"{r.speedup:6.2f}x"
-    mark = "" if r.expected.startswith("(") or r.verdict == r.expected else "  <-- expected " + r.expected
+    mark = "" if r.verdict == r.expected else "  <-- expected " + r.expected
     return f"{r.task:24s} {r.backend:7s} {r.candidate:30s} {cs:>8s} {r.verdict:14s} {sp:>8s}{mark}"
 
 
@@ -190,7 +177,7 @@ def main() -> int:
     print(f"{'task':24s} {'backend':7s} {'candidate':30s} {'compile_s':>8s} {'verdict':14s} {'speedup':>8s}")
     rows = timed_pass(cases, compile_s)
     total_s = time.perf_counter() - start
-    unexpected = [r for r in rows if not r.expected.startswith("(") and r.verdict != r.expected]
+    unexpected = [r for r in rows if r.verdict != r.expected]
     print(f"\n{len(rows)} candidates in {total_s:.0f} s; {len(unexpected)} verdicts differ from the expected one")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

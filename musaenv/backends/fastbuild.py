@@ -7,12 +7,12 @@ flags untouched, ``TORCH_EXTENSION_NAME`` set to the module name, every function
 
 ``split``
     The candidate's code is compiled *without* pybind11: a directory earlier on the include path maps
-    ``torch/extension.h`` to ``torch/all.h`` (with a precompiled ``torch/all.h``). The binding goes in other
-    translation units: one object per function *signature* (read back from a symbol whose mangled name spells
-    ``decltype(&fn)``) and one generic ``PYBIND11_MODULE`` object whose ``PyInit_`` symbol is renamed to the
-    module's name; both are built once and cached under ``<cache>/pch/bind``. Only for sources that never
-    mention Python or pybind11 (so the lighter header cannot change their meaning); anything unexpected
-    falls through to the next tier.
+    ``torch/extension.h`` to ``torch/types.h`` (ATen, ``torch::Tensor`` and the torch factory functions, with a
+    precompiled ``torch/types.h``); code that needs more (``torch::nn``, Python) fails here and goes to ``pch``.
+    The binding goes in other translation units: one object per function *signature* (read back from a symbol
+    whose mangled name spells ``decltype(&fn)``) and one generic ``PYBIND11_MODULE`` object whose ``PyInit_``
+    symbol is renamed to the module's name; both are built once and cached under ``<cache>/pch/bind``. Only for
+    sources that never mention Python or pybind11; anything unexpected falls through to the next tier.
 ``pch``
     Torch's exact ``main.cpp`` compiled with a precompiled ``torch/extension.h``. Its compiler errors are the
     verdict (same source, same flags, same file name as ``load_inline`` would report).
@@ -156,14 +156,14 @@ def _pch_tier(
     return FastResult(True, "", "pch", steps)
 
 
-def _lite_overlay(cache: Path) -> Path:
-    """An include directory where ``torch/extension.h`` is ``torch/all.h`` (pybind11-free candidates only)."""
-    d = cache / "lite_include"
+def _split_overlay(cache: Path) -> Path:
+    """An include directory where ``torch/extension.h`` is ``torch/types.h`` (pybind11-free candidates only)."""
+    d = cache / "split_include"
     header = d / "torch" / "extension.h"
     if not header.exists():
         header.parent.mkdir(parents=True, exist_ok=True)
         part = header.with_suffix(".tmp")
-        part.write_text("#pragma once\n#include <torch/all.h>\n")
+        part.write_text("#pragma once\n#include <torch/types.h>\n")
         part.replace(header)
     return d
 
@@ -172,7 +172,7 @@ def _split_tier(
     flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
     cache: Path, steps: list[dict[str, Any]],
 ) -> FastResult | None:  # fmt: skip
-    pch = store.include_flags("lite", flags)
+    pch = store.include_flags("split", flags)
     if pch is None:
         return None
     scaffold = ["", "template <int I, class T> void musaenv_sig_() {}"]
@@ -184,7 +184,7 @@ def _split_tier(
         )
     user = tmp / "main.cpp"
     user.write_text(source + "\n".join(scaffold) + "\n")
-    rc, out, _ = _compile(flags, ["-I", str(_lite_overlay(cache)), *pch], user, tmp / "main.o", tmp)
+    rc, out, _ = _compile(flags, ["-I", str(_split_overlay(cache)), *pch], user, tmp / "main.o", tmp)
     steps.append({"step": "split_compile", "rc": rc})
     if "not used because" in out:
         log.warning("precompiled header rejected by the compiler: %s", out[-400:])

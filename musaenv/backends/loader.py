@@ -313,8 +313,9 @@ def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
         return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
     failed = _read_json(root / name / "failed.json")
     if failed:  # compile errors are deterministic: the same sources fail the same way, instantly
-        return BuildOutcome(False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start,
-                            cached=True)
+        return BuildOutcome(
+            False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start, cached=True
+        )
     return None
 
 
@@ -334,8 +335,9 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
             msg = f"compilation exceeded the {timeout_s:.0f} s limit and was killed"
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
         if rc > 0 and not result:
-            return BuildOutcome(False, name, log=f"the builder failed before building:\n{build_log}",
-                                seconds=seconds, infra_error=True)
+            return BuildOutcome(
+                False, name, log=f"the builder failed before building:\n{build_log}", seconds=seconds, infra_error=True
+            )
         if rc != 0 or not result.get("ok") or not (tmp / f"{name}.so").exists():
             if rc < 0:
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"

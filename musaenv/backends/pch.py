@@ -1,10 +1,12 @@
 """Torch's compile flags and precompiled headers of ``torch/extension.h``, kept in musaenv's cache.
 
 Measured on the 2-core CI machine with g++ 12 and torch 2.13 (CPU time of one compile of the l1_relu solution
-at ``-O3``): parsing ``torch/extension.h`` is ~23 s of a ~36 s compile, optimising the code the headers force
-into every translation unit (pybind11's internals, deferred template instantiations) is most of the rest, and
-linking is ~0.4 s. A precompiled header removes the parsing; what it cannot remove is per-TU code generation,
-which :mod:`musaenv.backends.fastbuild` attacks by keeping pybind11 out of the candidate's translation unit.
+at ``-O3``): parsing ``torch/extension.h`` is ~23 s of a ~36 s compile; the rest is GCC's end-of-unit
+instantiation of every template the headers left pending (~5-7 s, not saved in a PCH) and optimising the
+pybind11 internals the headers force into every unit (~5 s); linking is ~0.4 s. A precompiled header removes the
+parsing only (36 -> 14 s). :mod:`musaenv.backends.fastbuild` removes the rest by compiling the candidate's code
+against ``torch/types.h`` (ATen and the torch factory functions, no pybind11: 3 s with its PCH) and binding it in
+separately cached objects.
 
 Everything here lives under ``<MUSAENV_CACHE_DIR>/pch``; torch's own ``use_pch`` writes into site-packages and
 deletes the file on every ``load_inline(use_pch=False)``, so it is not used.
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 
 MAX_PCH_SETS = 6  # distinct flag sets with their own PCH (each ~0.8 GB on disk); more builds go without one
 PCH_TIMEOUT_S = 600.0
-HEADERS = {"full": "torch/extension.h", "lite": "torch/all.h"}
+HEADERS = {"full": "torch/extension.h", "split": "torch/types.h"}
 
 _NAME_MARK = "musaenv_mark_name"
 _CFLAG_MARK = "-DMUSAENV_MARK_CFLAGS"
@@ -188,7 +190,7 @@ class PchStore:
         return self.root / f"{kind}-{flags.key()}"
 
     def include_flags(self, kind: str, flags: CompileFlags) -> list[str] | None:
-        """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``lite``), building it first if needed.
+        """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``split``), building it first if needed.
 
         Returns ``None`` when no header can be had (failed before, too many flag sets, or the build failed).
         """

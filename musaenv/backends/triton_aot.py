@@ -4,8 +4,8 @@ Triton's interpreter (``TRITON_INTERPRET=1``) runs kernels on the CPU but never 
 that the interpreter runs can still fail to compile for a GPU (unsupported ops, too much shared memory, a
 ``tl.dot`` shape the hardware cannot do). This module compiles them for real:
 
-1. A child process installs a *compile-only driver* in Triton (current device 0, current target
-   ``GPUTarget("cuda", arch, 32)``), so ``JITFunction.run`` works without a GPU.
+1. A child process (in the worker sandbox, processes allowed for ptxas) installs a *compile-only driver* in
+   Triton (current device 0, target ``GPUTarget("cuda", arch, 32)``), so ``JITFunction.run`` works without a GPU.
 2. Each ``kernel[grid](...)`` launch is turned into ``run(..., warmup=True)``: Triton's own binder derives
    the signature and specialisation (pointer dtypes, i32/i64, divisibility by 16, constexpr values, num_warps)
    from the real launch arguments, then compiles to TTIR, TTGIR, LLVM IR, PTX and a cubin (bundled ptxas)
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import tempfile
@@ -336,12 +337,29 @@ def _build(req: dict[str, Any], work: Path) -> tuple[Any, list[Any], Any]:
     return model, inputs, mode
 
 
+def _confine(work: Path) -> dict[str, Any]:
+    """The worker sandbox (network, rlimits, writes only below ``work`` and Triton's cache), before candidate code.
+
+    Processes stay allowed: Triton runs ptxas and this module runs cuobjdump.
+    """
+    from musaenv.config import SandboxConfig
+    from musaenv.evaluator.sandbox import enter_sandbox
+
+    cache = os.environ.get("TRITON_CACHE_DIR")
+    extra = [cache] if cache else []
+    for p in extra:
+        Path(p).mkdir(parents=True, exist_ok=True)
+    report = enter_sandbox(SandboxConfig(), work, block_processes=False, block_exec=False, extra_writable=extra)
+    return dict(report.to_dict())
+
+
 def _check(req: dict[str, Any], work: Path) -> dict[str, Any]:
     import torch
 
     arch = int(req["arch"])
     recorder = _Recorder(arch)
     _install(recorder, arch)
+    sandbox = _confine(work)
     try:
         model, inputs, mode = _build(req, work)
     except Exception as e:
@@ -362,7 +380,7 @@ def _check(req: dict[str, Any], work: Path) -> dict[str, Any]:
         f"{r['seconds']:.2f} s"
         for r in recorder.kernels
     ]
-    return {"ok": not problems, "log": "\n".join(problems + summary), "kernels": recorder.kernels}
+    return {"ok": not problems, "log": "\n".join(problems + summary), "kernels": recorder.kernels, "sandbox": sandbox}
 
 
 def main(work: Path) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +61,12 @@ def _device_env(device: str) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": index} if kind == "cuda" else {"MUSA_VISIBLE_DEVICES": index}
 
 
+def _local_evaluator(backend: BackendInfo, config: EvalConfig, device_slot: Any, worker_env: dict[str, str]) -> Any:
+    from musaenv.evaluator.local import LocalEvaluator
+
+    return LocalEvaluator(backend, config, device_slot=device_slot, worker_env=worker_env)
+
+
 class EvaluatorPool:
     """Evaluate many candidates concurrently with bounded compile and device concurrency.
 
@@ -77,6 +83,8 @@ class EvaluatorPool:
         request_timeout_s: Wall-clock limit per request (queueing excluded); past it the request gets an
             ``infra_error`` result marked ``pool_timeout`` (not retried) while its evaluator finishes in the background.
         max_retries: Extra attempts for requests whose result is ``infra_error``.
+        evaluator_factory: ``(backend, config, device_slot, worker_env) -> evaluator`` building the per-request
+            evaluators (default :class:`~musaenv.evaluator.local.LocalEvaluator`); tests inject doubles here.
     """
 
     def __init__(
@@ -88,6 +96,7 @@ class EvaluatorPool:
         max_in_flight: int | None = None,
         request_timeout_s: float | None = None,
         max_retries: int = 1,
+        evaluator_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.backend = backend if isinstance(backend, BackendInfo) else resolve_backend(backend)
         self.config = config or EvalConfig()
@@ -97,6 +106,7 @@ class EvaluatorPool:
         self.max_in_flight = max_in_flight or self.compile_workers + len(self.devices)
         self.request_timeout_s = request_timeout_s
         self.max_retries = max_retries
+        self._factory = evaluator_factory or _local_evaluator
         configure_builds(max_parallel=self.compile_workers)
         self._slots = {d: threading.Lock() for d in self.devices}
         self._free: list[Any] = []  # idle LocalEvaluators
@@ -108,12 +118,10 @@ class EvaluatorPool:
         self._closed = False
 
     def _new_evaluator(self) -> Any:
-        from musaenv.evaluator.local import LocalEvaluator
-
         with self._lock:
             device = self.devices[self._next_device % len(self.devices)]
             self._next_device += 1
-        ev = LocalEvaluator(self.backend, self.config, device_slot=self._slots[device], worker_env=_device_env(device))
+        ev = self._factory(self.backend, self.config, self._slots[device], _device_env(device))
         with self._lock:
             self._all.append(ev)
         return ev

@@ -26,6 +26,8 @@ _CPU_NS = time.process_time_ns
 # before it counts as extra threads; only judged for calls longer than the floor (clock granularity, start-up).
 _CORES_SLACK = 0.5
 _CPU_FLOOR_NS = 2_000_000
+# Calls re-timed with the captured clock after timing: enough for a median, cheap next to the timed repeats.
+REMEASURE_CALLS = 3
 
 
 def thread_count() -> int:
@@ -249,7 +251,8 @@ class RuntimeGuard:
         self._watch = dict(watch)
         self._ids = {name: _lookup(owner, attr) for name, (_, owner, attr) in self._watch.items()}
         self._state = global_state()
-        self._warm()
+        if self.checks or self.policy != "off":
+            self._warm()
         self.preflight_ok = self.policy != "off" and bool(profile_call(self._tiny_op, device)[1].get("ok"))
         self.thread_base = thread_count()
         self.max_threads = self.thread_base
@@ -373,7 +376,7 @@ class RuntimeGuard:
         report: dict[str, Any] = {"type": "runtime", "phase": "timing"}
         if not self.checks:
             return report
-        samples = self._remeasure(model, pool, flush_bytes, min(5, max(repeats, 1)))
+        samples = self._remeasure(model, pool, flush_bytes, min(REMEASURE_CALLS, max(repeats, 1)))
         report.update(
             remeasure_ms=samples,
             forward_calls=timed_calls + len(samples),

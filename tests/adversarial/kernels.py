@@ -99,8 +99,19 @@ torch::Tensor big_alloc(torch::Tensor x) {
 """
 
 CLEAN_FUNCTIONS = [
-    "relu_fwd", "relu_inplace", "copy_fwd", "fill_const", "relu_half", "relu_blocked", "relu_uninit", "relu_counted",
-    "relu_by_address", "throws", "segfault", "spin", "big_alloc",
+    "relu_fwd",
+    "relu_inplace",
+    "copy_fwd",
+    "fill_const",
+    "relu_half",
+    "relu_blocked",
+    "relu_uninit",
+    "relu_counted",
+    "relu_by_address",
+    "throws",
+    "segfault",
+    "spin",
+    "big_alloc",
 ]
 
 # Each C++-side cheat alone: name -> function body (after the shared include), for the static per-construct test.

@@ -32,6 +32,7 @@ from tests.adversarial.kernels import CANDIDATES_DIR, DATA_DIR, render
 
 pytestmark = pytest.mark.slow
 
+
 class RuntimeOnlyEvaluator(LocalEvaluator):
     """A LocalEvaluator whose static stage lets everything through (the stage is not under test here)."""
 
@@ -40,8 +41,8 @@ class RuntimeOnlyEvaluator(LocalEvaluator):
 
 
 TIMING = TimingConfig(warmup=1, repeats=5, max_time_s=1.0)
-RUNTIME_ONLY = EvalConfig(static_policy="off", runtime_policy="strict", run_timeout_s=20.0, timing=TIMING)
-FULL = EvalConfig(run_timeout_s=20.0, timing=TIMING)
+RUNTIME_ONLY = EvalConfig(static_policy="off", runtime_policy="strict", run_timeout_s=10.0, timing=TIMING)
+FULL = EvalConfig(run_timeout_s=10.0, timing=TIMING)
 
 # candidate -> (task, outcomes of which at least one must be the stage or among the flags in the runtime-only run)
 CASES: dict[str, tuple[str, tuple[str, ...]]] = {

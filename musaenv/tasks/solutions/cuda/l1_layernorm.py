@@ -1,4 +1,6 @@
-"""Reference CUDA solution for l1_layernorm: layer norm per row (one block per row): mean, variance, write; any hidden size."""
+"""Reference CUDA solution for l1_layernorm:
+layer norm per row (one block per row): mean, variance, write; any hidden size.
+"""
 
 import torch
 import torch.nn as nn

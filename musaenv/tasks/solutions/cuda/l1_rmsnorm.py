@@ -1,4 +1,6 @@
-"""Reference CUDA solution for l1_rmsnorm: RMS norm per row (one block per row): sum of squares, then x / sqrt(mean + eps)."""
+"""Reference CUDA solution for l1_rmsnorm:
+RMS norm per row (one block per row): sum of squares, then x / sqrt(mean + eps).
+"""
 
 import torch
 import torch.nn as nn

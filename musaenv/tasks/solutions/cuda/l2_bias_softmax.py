@@ -1,4 +1,6 @@
-"""Reference CUDA solution for l2_bias_softmax: softmax(x + bias) per row, the add fused into every pass; one block per row."""
+"""Reference CUDA solution for l2_bias_softmax:
+softmax(x + bias) per row, the add fused into every pass; one block per row.
+"""
 
 import torch
 import torch.nn as nn

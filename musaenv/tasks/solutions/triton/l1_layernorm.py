@@ -67,5 +67,15 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         block_rows, block = _blocks(x, rows, cols)
         grid = (triton.cdiv(rows, block_rows),)
-        layernorm_kernel[grid](x, self.ln.weight.contiguous(), self.ln.bias.contiguous(), out, rows, cols, self.ln.eps, BLOCK_ROWS=block_rows, BLOCK=block)
+        layernorm_kernel[grid](
+            x,
+            self.ln.weight.contiguous(),
+            self.ln.bias.contiguous(),
+            out,
+            rows,
+            cols,
+            self.ln.eps,
+            BLOCK_ROWS=block_rows,
+            BLOCK=block,
+        )
         return out

@@ -13,9 +13,21 @@ import triton.language as tl
 
 @triton.jit
 def matmul_kernel(
-    a_ptr, b_ptr, c_ptr, M, N, K,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -47,8 +59,20 @@ class ModelNew(nn.Module):
         bm, bn, bk = (64, 64, 32) if A.is_cuda else (128, 128, 64)
         grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
         matmul_kernel[grid](
-            A, B, C, M, N, K,
-            A.stride(0), A.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+            A,
+            B,
+            C,
+            M,
+            N,
+            K,
+            A.stride(0),
+            A.stride(1),
+            B.stride(0),
+            B.stride(1),
+            C.stride(0),
+            C.stride(1),
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=bk,
         )
         return C

@@ -11,7 +11,9 @@ import triton.language as tl
 
 
 @triton.jit
-def add_layernorm_kernel(x_ptr, r_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr):
+def add_layernorm_kernel(
+    x_ptr, r_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr
+):
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_mask = rows < n_rows
     row_off = rows.to(tl.int64)[:, None] * n_cols
@@ -74,5 +76,16 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         block_rows, block = _blocks(x, rows, cols)
         grid = (triton.cdiv(rows, block_rows),)
-        add_layernorm_kernel[grid](x, residual, self.ln.weight.contiguous(), self.ln.bias.contiguous(), out, rows, cols, self.ln.eps, BLOCK_ROWS=block_rows, BLOCK=block)
+        add_layernorm_kernel[grid](
+            x,
+            residual,
+            self.ln.weight.contiguous(),
+            self.ln.bias.contiguous(),
+            out,
+            rows,
+            cols,
+            self.ln.eps,
+            BLOCK_ROWS=block_rows,
+            BLOCK=block,
+        )
         return out

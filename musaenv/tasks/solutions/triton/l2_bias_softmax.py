@@ -64,5 +64,7 @@ class ModelNew(nn.Module):
         rows, cols = x.shape
         out = torch.empty_like(x)
         block_rows, block = _blocks(x, rows, cols)
-        bias_softmax_kernel[(triton.cdiv(rows, block_rows),)](x, self.bias.contiguous(), out, rows, cols, BLOCK_ROWS=block_rows, BLOCK=block)
+        bias_softmax_kernel[(triton.cdiv(rows, block_rows),)](
+            x, self.bias.contiguous(), out, rows, cols, BLOCK_ROWS=block_rows, BLOCK=block
+        )
         return out
