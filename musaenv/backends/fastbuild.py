@@ -23,8 +23,11 @@ Callers fall back to torch's ``load_inline`` when neither tier can run (e.g. a t
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,12 +118,17 @@ def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: st
     except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
         log.warning("fast build unavailable, using load_inline: %s", e)
         return None
-    store = PchStore(cache)
+    timeout = spec.get("timeout_s")
+    store = PchStore(cache, deadline=time.monotonic() + float(timeout) if timeout else None)
     store.sweep()
     source, pairs = _main_cpp(spec)
     steps: list[dict[str, Any]] = []
     if mode == "fast" and _split_eligible(spec, source, pairs):
-        res = _split_tier(flags, store, source, pairs, name, tmp, cache, steps)
+        try:
+            res = _split_tier(flags, store, source, pairs, name, tmp, cache, steps)
+        except OSError as e:  # e.g. binutils (nm, c++filt, objcopy) missing: the pch tier needs none of them
+            log.warning("split build unavailable: %s", e)
+            res = None
         if res is not None:
             return res
     return _pch_tier(flags, store, source, pairs, name, tmp, steps)
@@ -145,8 +153,7 @@ def _pch_tier(
     src.write_text(source + ("\n" + _binding_block(pairs) if pairs else ""))
     rc, out, cmd = _compile(flags, pch, src, tmp / "main.o", tmp)
     steps.append({"step": "pch_compile", "rc": rc})
-    if "not used because" in out:
-        log.warning("precompiled header rejected by the compiler: %s", out[-400:])
+    store.check_used("full", flags, out)
     if rc != 0:
         return FastResult(False, _error_log(name, cmd, out), "pch", steps)
     rc, out = _link(flags, [tmp / "main.o"], tmp / f"{name}.so", tmp)
@@ -162,7 +169,7 @@ def _split_overlay(cache: Path) -> Path:
     header = d / "torch" / "extension.h"
     if not header.exists():
         header.parent.mkdir(parents=True, exist_ok=True)
-        part = header.with_suffix(".tmp")
+        part = header.with_suffix(f".{os.getpid()}.tmp")
         part.write_text("#pragma once\n#include <torch/types.h>\n")
         part.replace(header)
     return d
@@ -186,19 +193,16 @@ def _split_tier(
     user.write_text(source + "\n".join(scaffold) + "\n")
     rc, out, _ = _compile(flags, ["-I", str(_split_overlay(cache)), *pch], user, tmp / "main.o", tmp)
     steps.append({"step": "split_compile", "rc": rc})
-    if "not used because" in out:
-        log.warning("precompiled header rejected by the compiler: %s", out[-400:])
+    store.check_used("split", flags, out)
     if rc != 0:
         return None  # the pch tier gives the authoritative error (or succeeds where the light header did not)
     sigs = _signatures(tmp / "main.o", len(pairs), tmp)
     if sigs is None:
         return None
-    objs = [tmp / "main.o"]
-    for sig in dict.fromkeys(sigs):
-        obj = _binding_object(flags, store, sig, cache, steps)
-        if obj is None:
-            return None
-        objs.append(obj)
+    bound = _binding_objects(flags, store, list(dict.fromkeys(sigs)), cache, steps)
+    if bound is None:
+        return None
+    objs = [tmp / "main.o", *bound]
     module = _module_object(flags, store, name, cache, tmp, steps)
     stub = _stub(pairs, sigs, name, tmp)
     if module is None or stub is None:
@@ -259,26 +263,52 @@ def _cached_object(path: Path, source: str, flags: CompileFlags, pch: list[str],
     return True
 
 
-def _binding_object(
-    flags: CompileFlags, store: PchStore, sig: str, cache: Path, steps: list[dict[str, Any]]
-) -> Path | None:
-    path = cache / "bind" / flags.key() / f"def_{_sig_id(sig)}.o"
-    if path.exists():
-        return path
-    pch = store.include_flags("full", flags) or []
-    path.parent.mkdir(parents=True, exist_ok=True)
-    source = "\n".join([
-        "#include <torch/extension.h>",
-        "namespace musaenv_bind {",
-        f'__attribute__((visibility("hidden"))) void def_{_sig_id(sig)}(PyObject* mod, const char* name, '
-        "const char* doc, void* fn) {",
-        f"  using Sig = {sig};",
-        "  auto m = pybind11::reinterpret_borrow<pybind11::module_>(mod);",
-        "  m.def(name, torch::wrap_pybind_function(reinterpret_cast<Sig>(fn)), doc);",
-        "}",
-        "}  // namespace musaenv_bind",
-    ])  # fmt: skip
-    return path if _cached_object(path, source + "\n", flags, pch, steps) else None
+def _binding_objects(
+    flags: CompileFlags, store: PchStore, sigs: list[str], cache: Path, steps: list[dict[str, Any]]
+) -> list[Path] | None:
+    """Objects defining ``def_<id>`` for every signature; the missing ones are compiled together, in one unit.
+
+    The ~14 s a unit with ``torch/extension.h`` costs is paid once per batch of new signatures (each extra one
+    adds about a second); ``def_<id>.json`` records which object holds a signature. Definitions are weak, so two
+    objects that both hold one (two builders raced) still link.
+    """
+    d = cache / "bind" / flags.key()
+    found: dict[str, Path] = {}
+    for sig in sigs:
+        ref = _read_ref(d / f"def_{_sig_id(sig)}.json")
+        if ref is not None:
+            found[sig] = ref
+    missing = [sig for sig in sigs if sig not in found]
+    if missing:
+        obj = d / f"defs_{_sig_id(chr(10).join(missing))}.o"
+        lines = ["#include <torch/extension.h>", "namespace musaenv_bind {"]
+        for sig in missing:
+            lines += [
+                f'__attribute__((weak, visibility("hidden"))) void def_{_sig_id(sig)}(PyObject* mod, const char* name, '
+                "const char* doc, void* fn) {",
+                f"  using Sig = {sig};",
+                "  auto m = pybind11::reinterpret_borrow<pybind11::module_>(mod);",
+                "  m.def(name, torch::wrap_pybind_function(reinterpret_cast<Sig>(fn)), doc);",
+                "}",
+            ]
+        d.mkdir(parents=True, exist_ok=True)
+        source = "\n".join([*lines, "}  // namespace musaenv_bind", ""])
+        if not _cached_object(obj, source, flags, store.include_flags("full", flags) or [], steps):
+            return None
+        for sig in missing:
+            part = d / f".def_{_sig_id(sig)}.{os.getpid()}.json"
+            part.write_text(json.dumps({"object": obj.name, "signature": sig}))
+            os.replace(part, d / f"def_{_sig_id(sig)}.json")
+            found[sig] = obj
+    return list(dict.fromkeys(found[sig] for sig in sigs))
+
+
+def _read_ref(path: Path) -> Path | None:
+    try:
+        obj = path.parent / str(json.loads(path.read_text())["object"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return obj if obj.exists() else None
 
 
 def _module_object(

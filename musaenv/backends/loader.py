@@ -324,7 +324,8 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
     tmp = root / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
     try:
-        job = {"name": name, **spec.to_dict(), "build_mode": mode, "pch_cache": str(pch_cache_root())}
+        job = {**spec.to_dict(), "name": name, "build_mode": mode, "pch_cache": str(pch_cache_root()),
+               "timeout_s": timeout_s}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(job))
         rc, timed_out = _run_builder(tmp, timeout_s)
         seconds = time.perf_counter() - start

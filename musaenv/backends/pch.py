@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 MAX_PCH_SETS = 6  # distinct flag sets with their own PCH (each ~0.8 GB on disk); more builds go without one
 PCH_TIMEOUT_S = 600.0
+# A build starts a missing PCH only with this much of its time limit left: the slowest PCH build seen on the
+# loaded 2-core CI machine took 88 s wall (torch/extension.h), and the candidate's own compile must still fit.
+PCH_MIN_BUDGET_S = 200.0
 HEADERS = {"full": "torch/extension.h", "split": "torch/types.h"}
 
 _NAME_MARK = "musaenv_mark_name"
@@ -180,11 +183,14 @@ class PchStore:
     Args:
         root: The ``pch`` cache directory.
         max_sets: At most this many flag sets get headers; others compile without one.
+        deadline: ``time.monotonic()`` by which the current build must end; a missing header is only built when
+            at least :data:`PCH_MIN_BUDGET_S` remain (``None``: no limit).
     """
 
-    def __init__(self, root: Path, max_sets: int = MAX_PCH_SETS) -> None:
+    def __init__(self, root: Path, max_sets: int = MAX_PCH_SETS, deadline: float | None = None) -> None:
         self.root = root
         self.max_sets = max_sets
+        self.deadline = deadline
 
     def _dir(self, kind: str, flags: CompileFlags) -> Path:
         return self.root / f"{kind}-{flags.key()}"
@@ -198,7 +204,7 @@ class PchStore:
         header = d / "musaenv_pch.h"
         if (d / "musaenv_pch.h.gch").exists():
             return ["-Winvalid-pch", "-include", str(header)]
-        if (d / "failed.json").exists():
+        if (d / "failed.json").exists() or not self._has_budget():
             return None
         with file_lock(self.root / f".{d.name}.lock"):
             if (d / "musaenv_pch.h.gch").exists():
@@ -206,6 +212,9 @@ class PchStore:
             if (d / "failed.json").exists() or self._full(d):
                 return None
             return self._build(kind, flags, d, header)
+
+    def _has_budget(self) -> bool:
+        return self.deadline is None or self.deadline - time.monotonic() >= PCH_MIN_BUDGET_S
 
     def _full(self, d: Path) -> bool:
         sets = {p.name.split("-", 1)[1] for p in self.root.glob("*-*") if (p / "musaenv_pch.h.gch").exists()}
@@ -227,6 +236,16 @@ class PchStore:
         os.replace(tmp_out, d / "musaenv_pch.h.gch")
         log.info("built precompiled header %s in %.1f s", d.name, time.perf_counter() - start)
         return ["-Winvalid-pch", "-include", str(header)]
+
+    def check_used(self, kind: str, flags: CompileFlags, compiler_output: str) -> None:
+        """Retire a header the compiler refused (``-Winvalid-pch``): later builds go without it, not slower."""
+        if "not used because" not in compiler_output:
+            return
+        d = self._dir(kind, flags)
+        log.warning("precompiled header %s refused by the compiler, retiring it: %s", d.name, compiler_output[-400:])
+        with contextlib.suppress(OSError):
+            (d / "failed.json").write_text(json.dumps({"log": compiler_output[-4000:]}))
+            (d / "musaenv_pch.h.gch").unlink()
 
     def sweep(self) -> None:
         """Remove half-written headers of builders that died (never a finished one)."""

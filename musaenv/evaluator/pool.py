@@ -76,7 +76,8 @@ class EvaluatorPool:
     Args:
         backend: Backend name or :class:`BackendInfo`.
         config: :class:`EvalConfig` for every evaluation.
-        compile_workers: Builds at once (default: one per core, fewer when memory is short).
+        compile_workers: Builds at once (default: one per core, fewer when memory is short). This sets the
+            process-wide bound of :func:`~musaenv.backends.loader.configure_builds` (the last pool created wins).
         devices: Device slot names, one lock each, e.g. ``["cuda:0", "cuda:1"]`` (``cuda:N`` pins candidate
             workers with ``CUDA_VISIBLE_DEVICES``). Default: one slot for the backend's device.
         max_in_flight: Requests evaluated at once (default ``compile_workers + len(devices)``).

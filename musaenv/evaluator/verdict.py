@@ -120,8 +120,7 @@ def judge(
     passed, worst_abs, worst_rel, messages, flags, mask = _compare_trials(run, ref, atol, rtol)
     if ref.trials and all(trivial_output_passes(r, atol, rtol) for r, _ in ref.trials):
         base = base.replace(warnings=(*base.warnings, "degenerate_task_zeros_pass"))
-    cand = [arrays for arrays, _, _ in run.trials]
-    rt = assess_runtime(run.runtime, run.runtime_arrays, cand, [r for r, _ in ref.trials], mask, (atol, rtol), settings)
+    rt = _assess(run, ref, mask, (atol, rtol), settings)
     result = base.replace(
         trials_passed=passed,
         trials_total=len(ref.trials),
@@ -143,6 +142,19 @@ def judge(
     return _finish(timed, rt, run).replace(messages=tuple(rt.messages))
 
 
+def _assess(
+    run: CandidateRun, ref: RefOutputs, mask: list[bool], tol: tuple[float, float], settings: RuntimeSettings
+) -> RuntimeFindings:
+    """The runtime findings; a report the parent cannot read is the worker's (so the candidate's) fault."""
+    cand = [arrays for arrays, _, _ in run.trials]
+    try:
+        return assess_runtime(run.runtime, run.runtime_arrays, cand, [r for r, _ in ref.trials], mask, tol, settings)
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
+        rt = RuntimeFindings()
+        rt.add("protocol_violation", f"the worker's runtime report is malformed ({type(e).__name__}: {e})")
+        return rt
+
+
 def _finish(result: EvalResult, rt: RuntimeFindings, run: CandidateRun) -> EvalResult:
     """Add the worker's and the runtime checks' warnings (after timing, which may add some)."""
     warnings = list(result.warnings)
@@ -159,10 +171,11 @@ def _with_timing(
     speedup = None
     if ref.timing is not None and stats.median_ms > 0:
         speedup = ref.timing.median_ms / stats.median_ms
-        remeasure = (run.runtime.get("timing") or {}).get("remeasure_ms") or []
-        speedup = checked_speedup(
-            speedup, ref.timing.median_ms, stats.median_ms, [float(x) for x in remeasure], settings, rt
-        )
+        try:
+            remeasure = [float(x) for x in (run.runtime.get("timing") or {}).get("remeasure_ms") or []]
+        except (TypeError, ValueError):  # malformed: judged as missing (assess_runtime already flagged it)
+            remeasure = []
+        speedup = checked_speedup(speedup, ref.timing.median_ms, stats.median_ms, remeasure, settings, rt)
     return result.replace(
         timing=stats,
         runtime_ms=stats.median_ms,

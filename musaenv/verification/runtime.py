@@ -157,8 +157,17 @@ def _profile_findings(profile: Mapping[str, Any], policy: str, out: RuntimeFindi
         cov["device"] = round(max(0.0, 1.0 - dev_bad / float(dev_total)), 4)
     out.extra["coverage"] = cov
     out.extra["forbidden_ops"] = sorted({str(op["name"]) for op in bad})
-    if bad:
-        names = ", ".join(out.extra["forbidden_ops"][:8])
+    # Ops that reached the dispatcher (the recording mode saw them) but left no profiler event at all: RecordFunction
+    # was switched off around them. Allowed composite ops are explained by their own events, so only these count.
+    seen = set(profile.get("seen", []))
+    hidden = sorted(
+        n
+        for n in profile.get("dispatched", [])
+        if n.startswith("aten::") and not is_allowed_aten_op(n) and n not in seen
+    )
+    out.extra["hidden_ops"] = hidden
+    if bad or hidden:
+        names = ", ".join([*out.extra["forbidden_ops"][:8], *(f"{n} (hidden from the profiler)" for n in hidden[:4])])
         out.add("forbidden_aten_op", f"{names} (custom-kernel coverage {cov['cpu']})", error=policy == "strict")
 
 

@@ -55,6 +55,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "s05_aten_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s05_method_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s05_adl_in_cpp": ("relu", ("forbidden_aten_op",)),
+    "s05_no_record": ("relu", ("forbidden_aten_op",)),
+    "s05_adl_unrecorded": ("relu", ("forbidden_aten_op",)),
     "s06_zeros_tiny": ("tiny", ("output_independent_of_input",)),
     "s06_constant_tiny": ("tiny", ("output_independent_of_input",)),
     "s06_scaled_input_tiny": ("tiny", ("output_independent_of_input",)),
@@ -93,11 +95,11 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "h_big_alloc": ("relu", ("runtime_error",)),
     "h_network": ("relu", ("runtime_error",)),
 }
-# C++ cheats the profiler cannot see (they bypass the dispatcher or switch RecordFunction off): only the static
-# C++ scan stands between them and a reward, so they are asserted under the full configuration only.
-STATIC_ONLY = ("s05_cpu_direct", "s05_no_record", "s05_adl_unrecorded")
-# Caches keyed on an input's address: every input is a fresh allocation, so they never hit and the candidate is
-# honest in effect (asserted: every call ran the kernel and the verdict is correct).
+# C++ cheats no runtime check can see (they call CPU kernels past the dispatcher): only the static C++ scan stands
+# between them and a reward. Their runtime-only run is expected to fail (strict xfail: a new defence must say so).
+STATIC_ONLY = ("s05_cpu_direct",)
+# Caches keyed on an input's address: every input is a fresh allocation, so a hit happens only when the allocator
+# hands out a freed address again, and then the answer is stale. Either way nothing is gained.
 POINTER_CACHES = ("s11_cache_data_ptr", "s11_cache_cpp_address")
 
 
@@ -161,7 +163,7 @@ def test_honest_kernel_passes_every_defence(suite: Suite) -> None:
 
 
 _INVISIBLE = pytest.mark.xfail(
-    strict=True, reason="no dispatcher RecordFunction event: the profiler cannot see it (docs/verification.md, limits)"
+    strict=True, reason="called past the dispatcher: neither the profiler nor the op-recording mode sees it"
 )
 RUNTIME_PARAMS = [*sorted(CASES), *(pytest.param(n, marks=_INVISIBLE) for n in STATIC_ONLY)]
 
@@ -191,7 +193,11 @@ def test_permissive_policy_reports_coverage_instead(suite: Suite) -> None:
 
 
 @pytest.mark.parametrize("name", POINTER_CACHES)
-def test_address_keyed_caches_never_hit(suite: Suite, name: str) -> None:
+def test_address_keyed_caches_gain_nothing(suite: Suite, name: str) -> None:
     r = suite.evaluate("runtime", name)
-    assert r.stage is Stage.CORRECT, _describe(r)
-    assert r.extra["runtime"]["kernel_calls"] == [1] * r.trials_total  # every trial computed: no stale answer
+    calls = r.extra["runtime"]["kernel_calls"]
+    if r.stage is Stage.CORRECT:  # no address repeated: every trial computed, the cache never answered
+        assert calls == [1] * r.trials_total, _describe(r)
+    else:  # an address repeated and the cache answered with a stale output: caught
+        _no_reward(r)
+        assert "no_kernel_call" in r.flags, _describe(r)

@@ -120,6 +120,13 @@ def test_threads_settings_and_tampering_are_flagged() -> None:
     assert set(out.flags) == {"thread_started", "global_state_changed", "timer_tampering", "harness_tampering"}
 
 
+def test_cpu_time_beyond_the_allowed_threads_is_flagged() -> None:
+    ref = _trials()
+    report = _report(threads={"base": 2, "max_seen": 2, "overuse": ["1.9 cores busy (1 allowed)"]})
+    out = assess_runtime(report, [], ref, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == ["thread_started"]
+
+
 def test_checks_off_judges_nothing_but_the_profile() -> None:
     ref = _trials()
     report = _report(kernel_calls=[0, 0, 0], threads={"base": 1, "max_seen": 9})
@@ -158,3 +165,26 @@ def test_static_scan_refuses_each_cpp_cheat_alone(name: str) -> None:
     )
     report = analyze_candidate(source, policy="strict", backend="cpu")
     assert report.errors, f"the static scan let {name} through: {report.messages}"
+
+
+def test_a_forged_runtime_report_is_a_verdict_not_a_crash() -> None:
+    from musaenv.evaluator.candidate import CandidateRun
+    from musaenv.evaluator.reference import RefOutputs
+    from musaenv.evaluator.verdict import judge
+    from musaenv.types import Stage
+
+    ref = _trials()
+    run = CandidateRun(trials=[(r, ["float32"], []) for r in ref])
+    run.runtime = {"trials": {"phase": "trials", "kernel_calls": ["many"], "threads": [1, 2]}}
+    result = judge(
+        run,
+        RefOutputs(trials=[(r, ["float32"]) for r in ref]),
+        task_id="t",
+        backend="cpu",
+        device="cpu",
+        atol=TOL[0],
+        rtol=TOL[1],
+        log_chars=1000,
+        runtime=STRICT,
+    )
+    assert result.stage is Stage.CHEATING and result.flags == ("protocol_violation",)

@@ -39,7 +39,7 @@ def test_static_extraction_matches_what_the_candidate_would_build() -> None:
 
 
 def test_install_artifacts_is_atomic_and_content_named(tmp_path: Path) -> None:
-    arts = [{"name": "musaenv_abc", "so": b"\x7fELF..."}, {"name": "../evil", "so": b"x"},
+    arts: list[dict[str, Any]] = [{"name": "musaenv_abc", "so": b"\x7fELF..."}, {"name": "../evil", "so": b"x"},
             {"name": "musaenv_bad", "failed": '{"log": "error: nope"}'}]  # fmt: skip
     assert install_artifacts(arts, root=tmp_path) == 2
     assert (tmp_path / "musaenv_abc" / "musaenv_abc.so").read_bytes() == b"\x7fELF..."

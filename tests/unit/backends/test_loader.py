@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from musaenv import _env
-from musaenv.backends.loader import BuildSpec, build_extension
+from musaenv.backends.loader import BuildSpec, build_extension, configure_builds
 
 RELU = r"""
 #include <torch/extension.h>
@@ -44,7 +44,7 @@ def spec_of(cpp: str, **kw: Any) -> BuildSpec:
 _BUILD_IN_CHILD = """
 import json, sys
 from pathlib import Path
-from musaenv.backends.loader import BuildSpec, build_extension
+from musaenv.backends.loader import BuildSpec, build_extension, configure_builds
 spec = BuildSpec.from_dict(json.loads(sys.argv[1]))
 out = build_extension(spec, timeout_s=1800, root=Path(sys.argv[2]))
 print(json.dumps(out.to_dict()))
@@ -143,6 +143,20 @@ def test_own_pybind11_module_builds_through_the_full_header(tmp_path: Path) -> N
     out = build_extension(spec, timeout_s=1800, root=tmp_path)
     assert out.ok, out.log
     assert out.extra.get("tier") in ("pch", "torch")  # never the pybind11-free split
+
+
+@pytest.mark.slow
+def test_torch_mode_builds_an_equivalent_module(built: dict[str, Any], tmp_path: Path) -> None:
+    torch_out = build_extension(built["spec"], timeout_s=1800, root=tmp_path, mode="torch")
+    assert torch_out.ok and torch_out.extra.get("tier") == "torch"
+    ours = _result(_child(_USE_IN_CHILD, built["spec"].name, built["pair"][0]["so_path"]))
+    theirs = _result(_child(_USE_IN_CHILD, torch_out.name, str(torch_out.so_path)))
+    assert ours == theirs
+
+
+def test_unknown_build_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="build mode"):
+        configure_builds(mode="fastest")
 
 
 def test_malformed_arguments_raise_type_error_before_any_build() -> None:
