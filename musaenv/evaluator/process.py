@@ -18,7 +18,6 @@ from musaenv.evaluator.channel import Channel, ProtocolError
 __all__ = ["WorkerProcess"]
 
 
-
 class WorkerProcess:
     """A worker subprocess in its own session, with a private working directory and channel.
 
