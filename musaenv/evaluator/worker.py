@@ -277,6 +277,10 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     device = _configure(req)
     program = ProgramModule(load_program(req["task_source"], "reference_inputs", "<reference>"))
     state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
+    if req["backend"] == "triton" and req["device"] == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
+        from musaenv.backends.triton_interp import install_interpreter_guards
+
+        install_interpreter_guards()
     # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
     guard = RuntimeGuard(req.get("runtime"), device, state.calls, _watch(), count_calls=req["backend"] != "triton")
     sandbox = _enter_sandbox(req)

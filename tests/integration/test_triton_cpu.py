@@ -88,11 +88,6 @@ def test_wrong_triton_kernel_is_incorrect(evaluator):
     assert r.trials_passed == 0 and r.max_abs_error is not None and r.max_abs_error > 0.1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the worker to call musaenv.backends.triton_interp.install_interpreter_guards() in interpreter "
-    "mode (evaluator change described in docs/backends.md); until then bf16 is judged on garbage values",
-)
 def test_bf16_candidate_reports_the_interpreter_limit(evaluator):
     r = evaluator.evaluate(get_task("l1_relu"), BF16, seed=3)
     assert r.stage is Stage.RUNTIME_ERROR, r.to_dict()
