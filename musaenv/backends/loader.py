@@ -402,6 +402,10 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
     )
     extra = {"steps": [s if isinstance(s, dict) else str(s) for s in check.steps]}
     timed_out = "timed out" in check.log.lower() and not check.ok
+    if check.inconclusive:  # e.g. a header this toolkit lacks: the machine cannot judge it, so no verdict
+        return BuildOutcome(
+            False, name, log=check.log, seconds=time.perf_counter() - start, infra_error=True, extra=extra
+        )
     if not timed_out:
         final_dir.mkdir(parents=True, exist_ok=True)
         verdict.write_text(json.dumps({"ok": check.ok, "log": check.log, "extra": extra}))

@@ -338,7 +338,10 @@ def serve_reference(chan: Channel) -> None:
                     init = program.init_inputs(req["init_seed"])
                     seed_all(req["init_seed"] + 1)
                     models[0] = model_cls(*init).to(device)
-                _run_timing(chan, req, program, models[0], device)
+                baseline = models[0]
+                if req["timing"].get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
+                    baseline = torch.compile(baseline)
+                _run_timing(chan, req, program, baseline, device)
             chan.send({"type": "result"})
         except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
             chan.send({"type": "result", "failure": {"stage": "infra_error", "log": _format_exc(e)}})
