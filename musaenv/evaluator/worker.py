@@ -31,7 +31,7 @@ from musaenv.evaluator.harness import (
 )
 from musaenv.evaluator.loader_hook import BuildFailedError, install_loader_hook
 from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, time_forward
-from musaenv.verification.runtime_probe import RuntimeGuard, watch_targets
+from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
 
 TRACEBACK_CHARS = 6000
 
@@ -175,16 +175,6 @@ def _run_timing(
     return run, pool
 
 
-def _thread_count() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
 def _enter_sandbox(req: dict[str, Any]) -> dict[str, Any]:
     try:
         from musaenv.config import SandboxConfig
@@ -293,12 +283,12 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
             return
         chan.send({"type": "stage", "name": "trials"})
         _wait_for_go(chan)  # the parent grants the device: runs never overlap, builds do
-        threads_before = _thread_count()
+        threads_before = thread_count()
         models = _trials_phase(chan, req, program, model_cls, state, guard)
         if req.get("timing"):
             _timing_phase(chan, req, program, models[0], guard)
         warnings = []
-        if not guard.checks and _thread_count() > threads_before + 1:
+        if not guard.checks and thread_count() > threads_before + 1:
             warnings.append("thread_count_grew")  # with runtime checks on, the parent judges thread_started
         chan.send({"type": "result", "builds": state.builds, "warnings": warnings})
     except CandidateFailure as f:

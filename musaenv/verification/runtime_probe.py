@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from musaenv.evaluator import proctree
 from musaenv.verification.runtime_profile import profile_call
 
 __all__ = ["RuntimeGuard", "global_state", "thread_count", "watch_targets"]
@@ -36,12 +36,9 @@ REMEASURE_CALLS = 3
 def thread_count() -> int:
     """Threads of this process (``Threads:`` in ``/proc/self/status``; 0 when unreadable)."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Threads:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        return proctree.thread_count()
+    except (OSError, ValueError):  # ProcessLookupError is an OSError
+        return 0
 
 
 def global_state() -> dict[str, Any]:
