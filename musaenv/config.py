@@ -158,6 +158,12 @@ class EvalConfig(_Config):
             second measurement taken with a clock captured before the candidate loaded; the lower one counts.
         max_response_chars: Longer responses are refused as ``format_error`` without parsing.
         log_chars: Compiler and runtime logs are truncated to this many characters.
+        fork_server: Fork workers from a server process that imported torch once (milliseconds per worker)
+            instead of starting a fresh interpreter for each (about 1.5 s of CPU each here). Each candidate still
+            gets its own new process; ``False`` is the slower, simplest path.
+        triton_aot_arch: Triton without a GPU: a candidate the interpreter finds correct is also compiled to a
+            cubin for ``sm_<arch>`` at the task's first GPU-tier shape (:mod:`musaenv.backends.triton_aot`); a
+            kernel that does not compile is a ``compile_error``. ``None`` skips this check (saves ~4-7 s each).
         timing: :class:`TimingConfig`.
         sandbox: :class:`SandboxConfig`.
     """
@@ -176,6 +182,8 @@ class EvalConfig(_Config):
     suspicious_speedup: float = 50.0
     max_response_chars: int = 200_000
     log_chars: int = 4000
+    fork_server: bool = True
+    triton_aot_arch: int | None = 90
     timing: TimingConfig = field(default_factory=TimingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
@@ -203,6 +211,8 @@ class EvalConfig(_Config):
         _require(self.suspicious_speedup > 1.0, n, "suspicious_speedup > 1", self.suspicious_speedup, "e.g. 50.")
         _require(self.max_response_chars >= 100, n, "max_response_chars >= 100", self.max_response_chars, "")
         _require(self.log_chars >= 100, n, "log_chars >= 100", self.log_chars, "Keep some log.")
+        arch = self.triton_aot_arch
+        _require(arch is None or arch >= 70, n, "triton_aot_arch None or >= 70", arch, "e.g. 90 (Hopper).")
         for name in ("atol", "rtol"):
             v = getattr(self, name)
             _require(v is None or v >= 0, n, f"{name} None or >= 0", v, "Tolerances are non-negative.")

@@ -12,9 +12,12 @@ from musaenv import _env
 from musaenv.backends import BackendInfo, resolve_backend
 from musaenv.backends.loader import sweep_stale_builds
 from musaenv.config import EvalConfig
+from musaenv.evaluator import forkserver
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
+from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.plan import EvalPlan, make_plan
 from musaenv.evaluator.process import WorkerProcess
+from musaenv.evaluator.process import worker_env as process_env
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService
 from musaenv.evaluator.verdict import judge
 from musaenv.tasks.parsing import extract_candidate
@@ -33,7 +36,9 @@ class LocalEvaluator:
     """Evaluate candidates on this machine.
 
     Each candidate runs in a fresh worker process (started ahead of time, so its start-up is hidden) that is
-    killed with everything it started when the evaluation ends. Builds go through the content-addressed
+    killed with everything it started when the evaluation ends. Workers are forked from a fork server that has
+    imported torch once (:mod:`musaenv.evaluator.forkserver`; ``EvalConfig.fork_server=False`` starts a fresh
+    interpreter per worker instead). Builds go through the content-addressed
     cache of :mod:`musaenv.backends.loader`. Reference outputs come from a separate, long-lived worker.
 
     Args:
@@ -56,25 +61,38 @@ class LocalEvaluator:
         self.config = config or EvalConfig()
         self.tier = self.backend.tier if self.config.tier == "auto" else self.config.tier
         threads = self.config.timing.cpu_threads
-        self._reference = ReferenceService(self.backend.device, threads, self.config.timing, _env.cache_dir())
-        self._spare: WorkerProcess | None = None
+        device_env = dict(worker_env or {})  # device pins: the reference worker gets them too
         # Triton without a GPU runs kernels in its interpreter, which must be chosen before triton is imported.
         interpret = self.backend.name == "triton" and self.backend.device == "cpu"
-        self._worker_env = {"TRITON_INTERPRET": "1"} if interpret else {}
-        self._worker_env.update(worker_env or {})
+        self._worker_env = {"TRITON_INTERPRET": "1", **device_env} if interpret else device_env
+        self._server: ForkServer | None = None
+        ref_server = None
+        if self.config.fork_server:
+            self._server = forkserver.acquire(process_env(threads, self._worker_env))
+            ref_server = forkserver.acquire(process_env(threads, device_env))  # the same one unless Triton-CPU
+        self._reference = ReferenceService(
+            self.backend.device, threads, self.config.timing, _env.cache_dir(), ref_server, device_env
+        )
+        self._spare: WorkerProcess | None = None
         self._device_slot = device_slot
         self._closed = False
         sweep_stale_builds()
 
+    def _new_worker(self) -> WorkerProcess:
+        if self._server is not None and not self._server.alive:  # it died (or was killed): start another
+            forkserver.release(self._server)
+            self._server = forkserver.acquire(process_env(self.config.timing.cpu_threads, self._worker_env))
+        return WorkerProcess("candidate", self.config.timing.cpu_threads, self._worker_env, self._server)
+
     def _take_worker(self) -> WorkerProcess:
-        worker = self._spare or WorkerProcess("candidate", self.config.timing.cpu_threads, self._worker_env)
+        worker = self._spare or self._new_worker()
         self._spare = None
         if not worker.wait_ready(WORKER_START_TIMEOUT_S):
             tail = worker.log_tail()
             worker.close()
             raise RuntimeError(f"candidate worker did not start: {tail}")
-        # Start the next worker now: its torch import overlaps this evaluation.
-        self._spare = WorkerProcess("candidate", self.config.timing.cpu_threads, self._worker_env)
+        # Start the next worker now: its start-up overlaps this evaluation.
+        self._spare = self._new_worker()
         return worker
 
     def _timing_request(self, plan: EvalPlan) -> dict[str, Any] | None:
@@ -151,7 +169,7 @@ class LocalEvaluator:
                     )
             except ReferenceError_ as e:
                 return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
-        return judge(
+        result = judge(
             run,
             ref,
             task_id=task.id,
@@ -162,6 +180,38 @@ class LocalEvaluator:
             log_chars=self.config.log_chars,
             static_warnings=static,
             runtime=RuntimeSettings.from_config(self.config),
+        )
+        return self._triton_aot(task, ext.code, result)
+
+    def _triton_aot(self, task: Task, code: str, result: EvalResult) -> EvalResult:
+        """Triton through the interpreter: a correct candidate must also compile for a GPU (docs/backends.md)."""
+        arch = self.config.triton_aot_arch
+        if not (self.backend.name == "triton" and self.backend.device == "cpu" and arch) or not result.is_correct:
+            return result
+        from musaenv.backends.triton_aot import triton_aot_check
+
+        gpu_shapes = task.shapes_for("gpu")
+        check = triton_aot_check(
+            task.source, code, shape=gpu_shapes[0] if gpu_shapes else None, arch=arch,
+            timeout_s=self.config.compile_timeout_s,
+        )  # fmt: skip
+        extra = {**result.extra, "triton_aot": {**check.to_dict(), "log": check.log[-self.config.log_chars :]}}
+        compile_s = (result.compile_time_s or 0.0) + check.seconds
+        if check.inconclusive:
+            return result.replace(
+                extra=extra,
+                compile_time_s=compile_s,
+                warnings=(*result.warnings, "triton_aot_inconclusive"),
+                messages=(*result.messages, f"GPU compile check inconclusive: {check.inconclusive}"),
+            )
+        if check.ok:
+            return result.replace(extra=extra, compile_time_s=compile_s)
+        return result.replace(
+            stage=Stage.COMPILE_ERROR,
+            extra=extra,
+            compile_time_s=compile_s,
+            compiler_log=check.log[-self.config.log_chars :],
+            messages=(*result.messages, f"correct in Triton's interpreter, but does not compile for sm_{arch}"),
         )
 
     def _static(self, code: str) -> EvalResult | tuple[str, ...]:
@@ -206,6 +256,10 @@ class LocalEvaluator:
             self._spare.close()
             self._spare = None
         self._reference.close()
+        for server in (self._server, self._reference.fork_server):
+            if server is not None:
+                forkserver.release(server)
+        self._server = None
 
     def __enter__(self) -> LocalEvaluator:
         return self

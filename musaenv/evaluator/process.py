@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -11,11 +12,47 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 from musaenv import _env
 from musaenv.evaluator.channel import Channel, ProtocolError
+from musaenv.evaluator.forkserver import ForkServer, ForkServerError
 
-__all__ = ["WorkerProcess"]
+__all__ = ["WorkerProcess", "worker_env"]
+
+log = logging.getLogger(__name__)
+
+
+def worker_env(cpu_threads: int, extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a worker process (and of the fork server that starts workers)."""
+    env = _env.child_env(cpu_threads)
+    env.update(extra_env or {})
+    return env
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat``: tells a process apart from a later one that reuses its pid."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()[19]
+
+
+def _start_interpreter(
+    role: str, fds: tuple[int, int], log_file: IO[bytes], workdir: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "musaenv.evaluator.worker", "--rfd", str(fds[0]), "--wfd", str(fds[1])]
+    return subprocess.Popen(
+        [*cmd, "--role", role],
+        pass_fds=fds,
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=str(workdir),
+        env=env,
+    )
 
 
 class WorkerProcess:
@@ -25,31 +62,63 @@ class WorkerProcess:
         role: ``candidate`` or ``reference``.
         cpu_threads: Thread count for OpenMP/MKL/torch inside the worker.
         extra_env: Extra environment variables (e.g. ``TRITON_INTERPRET=1`` for Triton without a GPU).
+        fork_server: Fork the worker from this server (started with :func:`worker_env` of the same arguments)
+            instead of starting a fresh interpreter; falls back to a fresh interpreter if the server fails.
     """
 
-    def __init__(self, role: str, cpu_threads: int = 1, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        role: str,
+        cpu_threads: int = 1,
+        extra_env: dict[str, str] | None = None,
+        fork_server: ForkServer | None = None,
+    ) -> None:
         self.role = role
         self.workdir = Path(tempfile.mkdtemp(prefix=f"musaenv-{role}-"))
         self.chan, (cr, cw) = Channel.pair()
-        env = _env.child_env(cpu_threads)
-        env.update(extra_env or {})
         self._log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 - closed in close()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._server: ForkServer | None = None
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "musaenv.evaluator.worker", "--rfd", str(cr), "--wfd", str(cw), "--role", role],
-                pass_fds=(cr, cw),
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=str(self.workdir),
-                env=env,
-            )
+            if fork_server is not None:
+                try:
+                    self.pid = fork_server.spawn(role, cr, cw, self._log.fileno(), str(self.workdir))
+                    self._server, self._birth = fork_server, _start_time(self.pid)
+                except ForkServerError as e:
+                    log.warning("fork server failed (%s); starting a fresh worker interpreter instead", e)
+            if self._server is None:
+                self.proc = _start_interpreter(
+                    role, (cr, cw), self._log, self.workdir, worker_env(cpu_threads, extra_env)
+                )
+                self.pid = self.proc.pid
         finally:
             os.close(cr)
             os.close(cw)
         self.ready = False
+        self._status_lost = False
         self.started = time.monotonic()
+
+    @property
+    def forked(self) -> bool:
+        """True when the worker came from a fork server."""
+        return self._server is not None
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal), or ``None`` while it runs (or when unknowable)."""
+        if self.proc is not None:
+            return self.proc.poll()
+        assert self._server is not None
+        try:
+            return self._server.returncode(self.pid)
+        except ForkServerError:  # the server died: alive or not, the exit status is lost
+            if self._same_process():
+                return None
+            self._status_lost = True
+            return 1
+
+    def _same_process(self) -> bool:
+        birth = _start_time(self.pid)
+        return birth is not None and birth == self._birth
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Wait for the worker's hello (torch imported); False on timeout or death."""
@@ -66,10 +135,15 @@ class WorkerProcess:
 
     def exit_description(self, wait_s: float = 2.0) -> str:
         """How the process ended (signal name or exit code), waiting briefly for it."""
-        try:
-            rc = self.proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
+        deadline = time.monotonic() + wait_s
+        rc = self.poll()
+        while rc is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+            rc = self.poll()
+        if rc is None:
             return "the worker stopped answering"
+        if self._status_lost:
+            return "the worker ended (its exit status was lost when the fork server stopped)"
         if rc < 0:
             try:
                 return f"the worker was killed by signal {signal.Signals(-rc).name}"
@@ -89,6 +163,13 @@ class WorkerProcess:
         """Kill the worker and everything it started (its session and any escaped descendants)."""
         from musaenv.evaluator.proctree import kill_tree
 
+        if self._server is not None:
+            # While the server lives the pid stays reserved (unreaped) until released; otherwise check identity.
+            if self._server.alive or self._same_process():
+                kill_tree(self.pid)
+            self._server.release(self.pid)
+            return
+        assert self.proc is not None
         kill_tree(self.proc.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)

@@ -20,6 +20,7 @@ import numpy as np
 
 from musaenv.config import TimingConfig
 from musaenv.evaluator.channel import ProtocolError
+from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.tasks.task import Task
@@ -59,10 +60,25 @@ def recv_before(worker: WorkerProcess, deadline: float) -> tuple[dict[str, Any],
 
 
 class ReferenceService:
-    """Runs reference programs for an evaluator (one persistent worker, restarted when it dies)."""
+    """Runs reference programs for an evaluator (one persistent worker, restarted when it dies).
 
-    def __init__(self, device: str, cpu_threads: int, timing: TimingConfig, cache_root: Path) -> None:
+    ``extra_env`` pins the device (``CUDA_VISIBLE_DEVICES``, ...) like the candidates'. With ``fork_server`` the
+    worker is forked from it (started with :func:`~musaenv.evaluator.process.worker_env` of ``cpu_threads`` and
+    ``extra_env``); the reference still never shares a process with candidate code.
+    """
+
+    def __init__(
+        self,
+        device: str,
+        cpu_threads: int,
+        timing: TimingConfig,
+        cache_root: Path,
+        fork_server: ForkServer | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.device = device
+        self.fork_server = fork_server
+        self.extra_env = dict(extra_env or {})
         self.cpu_threads = cpu_threads
         self.timing = timing
         self.cache_dir = cache_root / "reftime"
@@ -104,10 +120,10 @@ class ReferenceService:
         tmp.replace(self.cache_dir / f"{key}.json")
 
     def _ensure_worker(self) -> WorkerProcess:
-        if self._worker is None or self._worker.proc.poll() is not None:
+        if self._worker is None or self._worker.poll() is not None:
             if self._worker is not None:
                 self._worker.close()
-            self._worker = WorkerProcess("reference", self.cpu_threads)
+            self._worker = WorkerProcess("reference", self.cpu_threads, self.extra_env, self.fork_server)
         if not self._worker.wait_ready(WORKER_START_TIMEOUT_S):
             tail = self._worker.log_tail()
             self._worker.close()

@@ -46,10 +46,23 @@ class CandidateFailure(Exception):
 
 def _configure(req: dict[str, Any]) -> torch.device:
     torch.set_num_threads(int(req.get("cpu_threads", 1)))
+    if str(req["device"]).startswith("musa"):
+        _import_torch_musa()
     # Fixed numerics for reference and candidate alike (KernelBench references fail 1e-4 under TF32).
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     return torch.device(req["device"])
+
+
+def _import_torch_musa() -> None:
+    """torch_musa registers the ``musa`` device, ``torch.musa`` and its extension loader; it must come first."""
+    try:
+        import torch_musa  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(
+            "device 'musa' needs torch_musa in the worker: install Moore Threads' torch_musa wheel matching "
+            f"torch {torch.__version__} ({e})"
+        ) from None
 
 
 def _format_exc(exc: BaseException) -> str:
@@ -264,7 +277,11 @@ def _timing_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, mo
 
 def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     """Evaluate one candidate and report outputs and timings to the parent."""
-    device = _configure(req)
+    try:
+        device = _configure(req)
+    except RuntimeError as e:  # the device's runtime is missing here: the harness's problem, not the candidate's
+        chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": str(e)}})
+        return
     program = ProgramModule(load_program(req["task_source"], "reference_inputs", "<reference>"))
     state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
     if req["backend"] == "triton" and req["device"] == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
@@ -337,16 +354,10 @@ def serve_reference(chan: Channel) -> None:
             chan.send({"type": "result", "failure": {"stage": "infra_error", "log": _format_exc(e)}})
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the worker process."""
-    p = argparse.ArgumentParser()
-    p.add_argument("--rfd", type=int, required=True)
-    p.add_argument("--wfd", type=int, required=True)
-    p.add_argument("--role", choices=["candidate", "reference"], required=True)
-    a = p.parse_args(argv)
-    chan = Channel(a.rfd, a.wfd)
+def serve(chan: Channel, role: str) -> int:
+    """Run as a worker of ``role`` on ``chan``: say ready, then serve references or one candidate."""
     chan.send({"type": "ready", "pid": os.getpid(), "torch": torch.__version__})
-    if a.role == "reference":
+    if role == "reference":
         serve_reference(chan)
         return 0
     try:
@@ -357,6 +368,16 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # skip the candidate's atexit handlers and finalizers
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the worker process (started by a fresh interpreter; see also :mod:`.forkserver`)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--rfd", type=int, required=True)
+    p.add_argument("--wfd", type=int, required=True)
+    p.add_argument("--role", choices=["candidate", "reference"], required=True)
+    a = p.parse_args(argv)
+    return serve(Channel(a.rfd, a.wfd), a.role)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,46 @@ class TrialComparison:
     reason: str = ""
 
 
+_CHUNK = 1 << 16  # elements per step: the float64 temporaries stay in cache (about 3x faster on 8 MB outputs)
+
+
+@dataclass
+class _Tally:
+    lost_nonfinite: bool = False  # a NaN/Inf of the reference not reproduced exactly
+    n_nonfinite: int = 0  # NaN/Inf in the candidate where the reference is finite
+    n_finite: int = 0  # positions where the reference is finite
+    n_bad: int = 0  # of those, outside the tolerance
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+
+def _tally(c: np.ndarray, r: np.ndarray, atol: float, rtol: float) -> _Tally:
+    """One output pair, in float64, chunk by chunk."""
+    t = _Tally()
+    c_flat, r_flat = c.reshape(-1), r.reshape(-1)
+    for lo in range(0, r_flat.size, _CHUNK):
+        c64 = c_flat[lo : lo + _CHUNK].astype(np.float64)
+        r64 = r_flat[lo : lo + _CHUNK].astype(np.float64)
+        finite = np.isfinite(r64)
+        if not finite.all():
+            if not np.array_equal(c64[~finite], r64[~finite], equal_nan=True):
+                t.lost_nonfinite = True
+            c64, r64 = c64[finite], r64[finite]
+        t.n_finite += r64.size
+        c_ok = np.isfinite(c64)
+        if not c_ok.all():
+            t.n_nonfinite += int(np.count_nonzero(~c_ok))
+            continue
+        if r64.size == 0:
+            continue
+        err = np.abs(c64 - r64)
+        abs_r = np.abs(r64)
+        t.max_abs = max(t.max_abs, float(err.max()))
+        t.max_rel = max(t.max_rel, float((err / np.maximum(abs_r, 1e-12)).max()))
+        t.n_bad += int(np.count_nonzero(err > atol + rtol * abs_r))
+    return t
+
+
 def compare_outputs(
     cand: Sequence[np.ndarray],
     ref: Sequence[np.ndarray],
@@ -49,29 +89,22 @@ def compare_outputs(
             return TrialComparison(False, reason=f"output {i}: expected shape {list(r.shape)}, got {list(c.shape)}")
         if cand_dtypes is not None and ref_dtypes is not None and cand_dtypes[i] != ref_dtypes[i]:
             return TrialComparison(False, reason=f"output {i}: expected dtype {ref_dtypes[i]}, got {cand_dtypes[i]}")
-        c64 = c.astype(np.float64, copy=False)
-        r64 = r.astype(np.float64, copy=False)
-        finite = np.isfinite(r64)
-        if not np.array_equal(c64[~finite], r64[~finite], equal_nan=True):
+        t = _tally(c, r, atol, rtol)
+        if t.lost_nonfinite:
             return TrialComparison(False, reason=f"output {i}: non-finite reference values not reproduced")
-        cf, rf = c64[finite], r64[finite]
-        if not np.all(np.isfinite(cf)):
-            n = int(np.count_nonzero(~np.isfinite(cf)))
+        if t.n_nonfinite:
+            n = t.n_nonfinite
             return TrialComparison(False, reason=f"output {i}: {n} NaN/Inf value(s) where the reference is finite")
-        if cf.size == 0:
+        if t.n_finite == 0:
             continue
-        err = np.abs(cf - rf)
-        worst_abs = max(worst_abs, float(err.max()))
-        worst_rel = max(worst_rel, float((err / np.maximum(np.abs(rf), 1e-12)).max()))
-        bad = err > atol + rtol * np.abs(rf)
-        if bad.any():
-            n = int(np.count_nonzero(bad))
+        worst_abs, worst_rel = max(worst_abs, t.max_abs), max(worst_rel, t.max_rel)
+        if t.n_bad:
             return TrialComparison(
                 False,
                 worst_abs,
                 worst_rel,
-                f"output {i}: {n} of {bad.size} values outside atol={atol:g}, rtol={rtol:g} "
-                f"(max abs error {float(err.max()):.3g})",
+                f"output {i}: {t.n_bad} of {t.n_finite} values outside atol={atol:g}, rtol={rtol:g} "
+                f"(max abs error {t.max_abs:.3g})",
             )
     return TrialComparison(True, worst_abs, worst_rel)
 

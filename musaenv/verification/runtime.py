@@ -22,6 +22,7 @@ docs/verification.md lists each defence with its limits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,17 +187,22 @@ def _sample(a: np.ndarray) -> np.ndarray:
     return flat.astype(np.float64)
 
 
+def _norm(x: np.ndarray) -> float:
+    """Euclidean norm without BLAS (whose threads stall for milliseconds when the cores are busy with workers)."""
+    return math.sqrt(float(np.einsum("i,i->", x, x)))
+
+
 def _mismatch(c_i: np.ndarray, c_j: np.ndarray, r_i: np.ndarray, r_j: np.ndarray) -> float | None:
     """Relative miss of the candidate's trial-to-trial change against the reference's; None if the ref is constant."""
     r_i, r_j = _sample(r_i), _sample(r_j)
     keep = np.isfinite(r_i) & np.isfinite(r_j)
     d_ref = r_i[keep] - r_j[keep]
-    scale = max(float(np.linalg.norm(r_i[keep])), float(np.linalg.norm(r_j[keep])))
-    ref_change = float(np.linalg.norm(d_ref))
+    scale = max(_norm(r_i[keep]), _norm(r_j[keep]))
+    ref_change = _norm(d_ref)
     if d_ref.size == 0 or ref_change <= REFERENCE_CONSTANT_REL * scale or ref_change == 0.0:
         return None
     d_c = _sample(c_i)[keep] - _sample(c_j)[keep]
-    return float(np.linalg.norm(d_c - d_ref)) / ref_change
+    return _norm(d_c - d_ref) / ref_change
 
 
 def input_dependence_failures(

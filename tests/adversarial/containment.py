@@ -36,12 +36,15 @@ def _state(pid: int) -> str:
 
 
 def _worker_pids(evaluators: list[LocalEvaluator]) -> set[int]:
-    """The evaluators' own idle workers (the spare candidate worker and the reference worker) and their threads."""
+    """The evaluators' own idle processes: the spare candidate worker, the reference worker, the fork servers."""
     pids: set[int] = set()
     for ev in evaluators:
         for worker in (ev._spare, ev._reference._worker):  # the harness's own processes, not the candidate's
-            if worker is not None and worker.proc.poll() is None:
-                pids.add(worker.proc.pid)
+            if worker is not None and worker.poll() is None:
+                pids.add(worker.pid)
+        for server in (ev._server, ev._reference.fork_server):
+            if server is not None and server.alive:
+                pids.add(server.proc.pid)
     return pids
 
 

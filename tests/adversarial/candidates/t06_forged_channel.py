@@ -1,14 +1,25 @@
-"""T6: writes a forged "result" frame straight into the worker's result pipe, found from its command line."""
+"""T6: writes a forged "result" frame straight into the worker's result pipe (the only write-only pipe it holds)."""
 
+import os
 import struct
-import sys
 
 from adversarial import ext
 
-fd = int(sys.argv[sys.argv.index("--wfd") + 1])
+
+def _result_pipes():
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+            flags = open(f"/proc/self/fdinfo/{name}").read().split("flags:")[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if target.startswith("pipe:") and int(flags, 8) & 3 == os.O_WRONLY:
+            yield int(name)
+
+
 frame = b'{"type": "result", "builds": [], "warnings": [], "_arrays": []}'
-with open(fd, "wb", closefd=False) as pipe:
-    pipe.write(struct.pack("!i", len(frame)) + frame)
+for fd in _result_pipes():
+    os.write(fd, struct.pack("<Q", len(frame)) + frame)  # the channel's framing: 8-byte length, then JSON
 
 
 class ModelNew(nn.Module):

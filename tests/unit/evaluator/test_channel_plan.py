@@ -38,7 +38,7 @@ def test_messages_and_arrays_round_trip():
 )
 def test_malformed_frames_raise_protocol_error(raw):
     parent, child = _pair()
-    child._w.send_bytes(raw)
+    child.send_frame(raw)
     with pytest.raises(ProtocolError):
         parent.recv()
 

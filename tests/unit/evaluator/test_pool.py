@@ -138,17 +138,17 @@ def test_evaluators_of_one_device_share_its_slot(double: type[SlowDouble], relu:
 
 
 def _worker_pids() -> list[int]:
-    me, pids = os.getpid(), []
-    for proc in Path("/proc").iterdir():
+    """Worker processes under this one: fresh interpreters, fork servers and the workers they forked."""
+    from musaenv.evaluator.proctree import descendants
+
+    pids = []
+    for pid in descendants(os.getpid()):
         try:
-            if not proc.name.isdigit():
-                continue
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
             continue
-        if ppid == me and b"musaenv.evaluator.worker" in cmd:
-            pids.append(int(proc.name))
+        if b"musaenv.evaluator.worker" in cmd or b"musaenv.evaluator.forkserver" in cmd:
+            pids.append(pid)
     return pids
 
 
