@@ -3,7 +3,8 @@
 Reads ``TMPDIR/spec.json``, builds it into ``TMPDIR`` (a private build directory, so no lock is ever shared)
 and writes ``TMPDIR/result.json``. Build modes ``fast`` and ``pch`` drive the compiler directly with torch's
 own flags (:mod:`musaenv.backends.fastbuild`, no torch import once the flag template is cached); mode
-``torch``, and any build those cannot take, goes through torch's own ``load_inline``. The parent enforces the
+``torch``, and any build those cannot take, goes through torch's own ``load_inline``. MUSA builds with device
+sources go through torch_musa's ``load_inline`` (``musa_sources``, compiled by mcc). The parent enforces the
 timeout and kills this process's whole session when it is exceeded.
 """
 
@@ -57,8 +58,53 @@ def _torch(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     return {"ok": True, "log": "", "tier": "torch"}
 
 
+_MUSA_MISSING = (
+    "the MUSA backend builds with torch_musa's load_inline (torch_musa.utils.musa_extension), and torch_musa is "
+    "not importable in the builder: install Moore Threads' torch_musa wheel matching your torch and the MUSA SDK "
+    "(mcc under MUSA_HOME, default /usr/local/musa)"
+)
+
+
+def _musa_kwargs(spec: dict[str, Any], accepted: set[str]) -> dict[str, Any] | str:
+    """torch_musa's ``load_inline`` keywords for a spec, or why they cannot be formed."""
+    kwargs: dict[str, Any] = {
+        "cpp_sources": spec["cpp_sources"],
+        "functions": spec["functions"],
+        "extra_cflags": spec["extra_cflags"] or None,
+        "extra_ldflags": spec["extra_ldflags"] or None,
+        "extra_include_paths": spec["extra_include_paths"] or None,
+    }
+    # The device sources and flags: torch_musa spells them musa_*; older releases may take CUDA's spelling.
+    for ours, names in (("cuda_sources", ("musa_sources", "cuda_sources")),
+                        ("extra_cuda_cflags", ("extra_musa_cflags", "extra_cuda_cflags"))):  # fmt: skip
+        if not spec[ours]:
+            continue
+        target = next((n for n in names if n in accepted), None)
+        if target is None:
+            return f"this torch_musa's load_inline takes none of {names}; cannot pass the MUSA sources"
+        kwargs[target] = spec[ours]
+    return {k: v for k, v in kwargs.items() if k in accepted and v is not None}
+
+
+def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    try:
+        from torch_musa.utils import musa_extension as me
+    except Exception as e:  # missing, or broken against this torch
+        return {"ok": False, "log": f"{_MUSA_MISSING} ({type(e).__name__}: {e})", "tier": "musa", "infra": True}
+    kwargs = _musa_kwargs(spec, set(inspect.signature(me.load_inline).parameters))
+    if isinstance(kwargs, str):
+        return {"ok": False, "log": kwargs, "tier": "musa", "infra": True}
+    try:
+        me.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
+    except Exception as e:  # mcc/g++ errors arrive as RuntimeError carrying the compiler output
+        return {"ok": False, "log": f"{type(e).__name__}: {e}", "tier": "musa"}
+    return {"ok": True, "log": "", "tier": "musa"}
+
+
 def _build(tmp: Path) -> dict[str, object]:
     spec = json.loads((tmp / "spec.json").read_text())
+    if spec.get("backend") == "musa" and (spec.get("cuda_sources") or spec.get("with_cuda")):
+        return _musa(spec, tmp)  # device code goes to mcc, never to nvcc
     return _fast(spec, tmp) or _torch(spec, tmp)
 
 

@@ -335,6 +335,8 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         if timed_out:
             msg = f"compilation exceeded the {timeout_s:.0f} s limit and was killed"
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
+        if result.get("infra"):  # the toolchain is missing here: not the candidate's fault, never cached
+            return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
         if rc > 0 and not result:
             return BuildOutcome(
                 False, name, log=f"the builder failed before building:\n{build_log}", seconds=seconds, infra_error=True

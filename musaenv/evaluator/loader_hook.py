@@ -113,7 +113,10 @@ def _import_extension(name: str, so_path: str) -> types.ModuleType:
 
 
 def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False) -> BuildState:
-    """Replace ``load_inline`` (and refuse ``load``) in :mod:`torch.utils.cpp_extension` for this process."""
+    """Replace ``load_inline`` (and refuse ``load``) in :mod:`torch.utils.cpp_extension` for this process.
+
+    On the MUSA backend ``torch_musa.utils.musa_extension`` gets the same replacements.
+    """
     import torch.utils.cpp_extension as ce
 
     state = BuildState(chan, backend, compile_only)
@@ -125,8 +128,9 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
         name: str = "", cpp_sources: Any = None, cuda_sources: Any = None, *args: Any, **kwargs: Any
     ) -> types.ModuleType:
         kwargs.update(cpp_sources=cpp_sources, cuda_sources=cuda_sources)
-        if "musa_sources" in kwargs:  # torch_musa's spelling; built by the MUSA backend's compiler
-            kwargs["cuda_sources"] = kwargs.pop("musa_sources")
+        for musa, cuda in (("musa_sources", "cuda_sources"), ("extra_musa_cflags", "extra_cuda_cflags")):
+            if musa in kwargs:  # torch_musa's spelling; the MUSA backend's builder hands them to mcc
+                kwargs[cuda] = kwargs.pop(musa)
         if args:  # positional arguments after cuda_sources follow the installed torch's own signature
             kwargs.update(dict(zip(positional, args)))
         if kwargs.get("sycl_sources"):
@@ -152,4 +156,12 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
 
     ce.load_inline = load_inline
     ce.load = load
+    if backend == "musa":  # ported candidates import torch_musa's loader (musaenv port --to musa)
+        try:
+            from torch_musa.utils import musa_extension
+        except Exception:  # no torch_musa: the worker already refused the device with a clear message
+            pass
+        else:
+            musa_extension.load_inline = load_inline
+            musa_extension.load = load
     return state

@@ -73,7 +73,8 @@ _LL_WRITE = 0b1_1111_1111_0010  # WRITE_FILE, REMOVE_DIR/FILE, MAKE_CHAR/DIR/REG
 _LL_REFER, _LL_TRUNCATE, _LL_FILE_RIGHTS = 1 << 13, 1 << 14, (1 << 1) | (1 << 14)
 _NR_LL_CREATE, _NR_LL_ADD_RULE, _NR_LL_RESTRICT = 444, 445, 446
 # Device nodes a GPU runtime opens read-write after the sandbox is up (CUDA initialises lazily).
-_GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/card*", "/dev/dri/renderD*")
+# /dev/mtgpu*: Moore Threads' nodes, assumed (no MUSA machine was at hand; its DRM nodes are covered by /dev/dri).
+_GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/card*", "/dev/dri/renderD*", "/dev/mtgpu*")
 
 
 def _syscalls(arch: str) -> dict[str, int]:

@@ -80,6 +80,48 @@ def test_shipped_triton_solution_is_correct(evaluator, task_id):
     assert r.stage is Stage.CORRECT, r.to_dict()
     assert r.trials_passed == r.trials_total == 5
     assert r.speedup is not None and r.speedup > 0
+    aot = r.extra["triton_aot"]  # also compiled for a GPU at the GPU tier's first shape
+    assert aot["ok"] and aot["kernels"] and aot["kernels"][0]["arch"] == 90
+
+
+# tl.dot of an 8192 x 8 tile: numpy's matmul in the interpreter is happy; for sm_90 the tile needs more shared memory
+# than a block has (triton 3.9: 262400 > 232448 bytes; older Triton refuses dot dimensions under 16 outright).
+SMALL_DOT = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, ROWS: tl.constexpr):
+    rows = tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, 8)[None, :]
+    offs = tl.program_id(0).to(tl.int64) * ROWS * 8 + rows * 8 + cols
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    eye = (tl.arange(0, 8)[:, None] == tl.arange(0, 8)[None, :]).to(tl.float32)
+    y = tl.dot(x, eye, input_precision="ieee")
+    tl.store(out_ptr + offs, tl.maximum(y, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, 8192 * 8),)](x, out, n, ROWS=8192)
+        return out
+"""
+
+
+def test_kernel_correct_in_the_interpreter_but_not_compilable_is_a_compile_error(evaluator):
+    r = evaluator.evaluate(get_task("l1_relu"), SMALL_DOT, seed=6)
+    assert r.stage is Stage.COMPILE_ERROR, r.to_dict()
+    assert r.trials_passed == r.trials_total == 5  # the interpreter's run was right
+    assert not r.extra["triton_aot"]["ok"] and r.extra["triton_aot"]["inconclusive"] is None
+    assert "shared memory" in r.compiler_log or ">= 16" in r.compiler_log, r.compiler_log
+    assert any("does not compile for sm_90" in m for m in r.messages)
 
 
 def test_wrong_triton_kernel_is_incorrect(evaluator):
