@@ -115,8 +115,9 @@ def drive_candidate(
 ) -> CandidateRun:
     """Send ``request`` to a ready candidate worker and follow it to the end (or kill it).
 
-    ``device_slot`` is held from the start of the correctness trials to the end of the run, so evaluations
-    that share a device never run (or time) at the same time, while their builds still overlap.
+    ``device_slot`` is held from the start of the correctness trials (on the CPU: of the timing) to the end of the
+    run, so evaluations that share a device never time at the same time (on a GPU: never run at the same time),
+    while their builds, input drawing and (on the CPU) correctness trials overlap.
     """
     with ExitStack() as stack:
         return _drive(worker, request, cfg, backend, compile_only, device_slot or nullcontext(), stack)
@@ -133,6 +134,8 @@ def _drive(
 ) -> CandidateRun:
     run = CandidateRun()
     timeouts = _stage_timeouts(cfg)
+    untimed_free = request.get("device") == "cpu"  # untimed CPU work runs beside other evaluations' timing
+    held = False
     phase = "start"
     deadline = time.monotonic() + timeouts[phase]
     worker.chan.send(request)
@@ -153,8 +156,11 @@ def _drive(
                 phase = str(msg.get("name"))
                 if phase not in timeouts:
                     raise ProtocolError(f"unknown stage {phase!r}")
-                if phase == "trials":
-                    stack.enter_context(device_slot)
+                if phase in ("trials", "timing"):
+                    # The slot is taken once and kept: at the trials on a GPU, at the timing on the CPU.
+                    if not held and (phase == "timing" or not untimed_free):
+                        stack.enter_context(device_slot)
+                        held = True
                     worker.chan.send({"type": "go"})
                 deadline = time.monotonic() + timeouts[phase]
                 if isinstance(msg.get("sandbox"), dict):

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=a.fd)
     import torch  # the import every worker would otherwise pay for
 
+    import musaenv.evaluator.reference_worker
     import musaenv.evaluator.sandbox
     import musaenv.evaluator.worker
     import musaenv.verification.runtime_profile  # noqa: F401 - imported once, for every child

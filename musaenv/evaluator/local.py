@@ -44,8 +44,9 @@ class LocalEvaluator:
     Args:
         backend: Backend name or a resolved :class:`BackendInfo`.
         config: :class:`EvalConfig`.
-        device_slot: A lock (any context manager) held while the candidate's trials and timing and the
-            reference run, so evaluators sharing a device never run on it at once (their builds still overlap).
+        device_slot: A lock (any context manager) held while the candidate's trials and timing and the reference
+            run use the device, so evaluators sharing it never run on it at once (their builds still overlap). On
+            the CPU only timed work takes it: the candidate's timing and a reference run that is timed.
             ``None``: no coordination (a lone evaluator). :class:`~musaenv.evaluator.pool.EvaluatorPool` passes one.
         worker_env: Extra environment variables of candidate workers (e.g. ``CUDA_VISIBLE_DEVICES``).
     """
@@ -155,6 +156,8 @@ class LocalEvaluator:
         if isinstance(static, EvalResult):
             return static.replace(task_id=task.id, backend=self.backend.name)
         plan = make_plan(task, self.tier, self.config, seed)
+        if not self.backend.compile_only:
+            self._reference.prepare(task, plan, self._timing_request(plan))  # its inputs drawn while the candidate runs
         try:
             run = self._run_candidate(task, ext.code, plan)
         except RuntimeError as e:
@@ -163,7 +166,11 @@ class LocalEvaluator:
         ref = None
         if run.failure is None and not run.compile_only:
             try:
-                with self._device_slot or nullcontext():
+                # On the CPU an untimed reference run (its timing is cached) needs no exclusive device.
+                timed = self.backend.device != "cpu" or self._reference.needs_timing(
+                    task, plan, self._timing_request(plan)
+                )
+                with (self._device_slot if timed else None) or nullcontext():
                     ref = self._reference.run(
                         task, plan, self._timing_request(plan), self.config.run_timeout_s + self.config.timing_timeout_s
                     )

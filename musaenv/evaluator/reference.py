@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 WORKER_START_TIMEOUT_S = 180.0
 
 
+def _draw_id(task: Task, plan: EvalPlan) -> str:
+    """Names one plan's inputs, so a reference request uses only inputs drawn for exactly that plan."""
+    return hashlib.sha256(f"{task.source_hash}|{plan!r}".encode()).hexdigest()[:16]
+
+
 class ReferenceError_(Exception):
     """The reference could not be computed: an infra error, never the candidate's fault."""
 
@@ -144,10 +149,9 @@ class ReferenceService:
                 err = e
         raise ReferenceError_(f"reference computation failed twice: {err}")
 
-    def _run_once(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float) -> RefOutputs:
-        worker = self._ensure_worker()
+    def _request(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> dict[str, Any]:
         cached = self.cached_timing(task, plan) if timing_cfg else None
-        req = {
+        return {
             "type": "reference",
             "task_hash": task.source_hash,
             "task_source": task.source,
@@ -157,7 +161,30 @@ class ReferenceService:
             "cpu_threads": self.cpu_threads,
             "trials": plan.trials_json(plan.recheck_trials()),
             "timing": timing_cfg if (timing_cfg and cached is None) else None,
+            "draw_id": _draw_id(task, plan),
         }
+
+    def needs_timing(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> bool:
+        """True when :meth:`run` will time the reference (timing requested and not cached yet)."""
+        return bool(timing_cfg) and self.cached_timing(task, plan) is None
+
+    def prepare(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> None:
+        """Let the worker draw this plan's inputs now (CPU only; no reply), before :meth:`run` needs the device.
+
+        Best effort: if the worker is not there or the draw fails, :meth:`run` draws them itself.
+        """
+        if self.device != "cpu":
+            return  # GPU-tier inputs are large; drawn in the run, straight to the device
+        try:
+            worker = self._ensure_worker()
+            worker.chan.send({**self._request(task, plan, timing_cfg), "type": "draw"})
+        except (ReferenceError_, OSError) as e:
+            log.debug("reference inputs not drawn ahead: %s", e)
+
+    def _run_once(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float) -> RefOutputs:
+        worker = self._ensure_worker()
+        req = self._request(task, plan, timing_cfg)
+        cached = self.cached_timing(task, plan) if timing_cfg and not req["timing"] else None
         worker.chan.send(req)
         out = RefOutputs(timing=cached)
         collected: list[tuple[list[np.ndarray], list[str]]] = []

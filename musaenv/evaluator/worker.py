@@ -3,8 +3,8 @@
 A *candidate* worker serves exactly one evaluation and exits: it enters the sandbox, executes the
 candidate (whose ``load_inline`` calls are routed to the parent's build service), runs the correctness
 trials and the timing, and sends outputs, never verdicts: the parent compares them with reference outputs
-that never exist in this process. A *reference* worker runs trusted reference programs only, for many
-requests, in a process no candidate has touched.
+that never exist in this process. A *reference* worker (:mod:`.reference_worker`) runs trusted reference programs
+only, for many requests, in a process no candidate has touched.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import torch
 
 from musaenv.evaluator.channel import Channel
 from musaenv.evaluator.harness import (
+    DrawnInputs,
     ProgramModule,
+    draw_inputs,
     find_aliasing,
     flatten_outputs,
     load_program,
@@ -44,7 +46,8 @@ class CandidateFailure(Exception):
         self.stage, self.log, self.flags = stage, log, flags
 
 
-def _configure(req: dict[str, Any]) -> torch.device:
+def configure_device(req: dict[str, Any]) -> torch.device:
+    """Thread count, fixed numerics flags and (for MUSA) torch_musa, as the request asks; returns the device."""
     torch.set_num_threads(int(req.get("cpu_threads", 1)))
     if str(req["device"]).startswith("musa"):
         _import_torch_musa()
@@ -65,7 +68,8 @@ def _import_torch_musa() -> None:
         ) from None
 
 
-def _format_exc(exc: BaseException) -> str:
+def format_exc(exc: BaseException) -> str:
+    """The traceback of ``exc``, truncated to its last TRACEBACK_CHARS characters."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return text[-TRACEBACK_CHARS:]
 
@@ -100,7 +104,7 @@ def _send_trial(chan: Channel, index: int, outs: list[Any], flags: list[str]) ->
     chan.send({"type": "trial", "index": index, "dtypes": dtypes, "flags": flags}, arrays)
 
 
-def _run_trials(
+def run_trials(
     chan: Channel,
     req: dict[str, Any],
     program: ProgramModule,
@@ -108,6 +112,7 @@ def _run_trials(
     device: torch.device,
     guarded: bool,
     probe: RuntimeGuard | None = None,
+    drawn: DrawnInputs | None = None,
 ) -> dict[int, Any]:
     """Run every trial; returns the model built for each shape index (reused for timing)."""
     models: dict[int, Any] = {}
@@ -118,7 +123,8 @@ def _run_trials(
             init = program.init_inputs(req["init_seed"])
             seed_all(req["init_seed"] + 1)
             models[k] = model_cls(*init).to(device)
-        inputs = to_device(program.inputs(int(trial["seed"])), device)
+        raw = drawn.trials[index] if drawn is not None else program.inputs(int(trial["seed"]))
+        inputs = to_device(raw, device)
         private = clone_args(inputs) if guarded else inputs
         if probe is not None:
             probe.before_call()
@@ -133,7 +139,12 @@ def _run_trials(
 
 
 def _runtime_extras(
-    chan: Channel, req: dict[str, Any], program: ProgramModule, models: dict[int, Any], guard: RuntimeGuard
+    chan: Channel,
+    req: dict[str, Any],
+    program: ProgramModule,
+    models: dict[int, Any],
+    guard: RuntimeGuard,
+    drawn: DrawnInputs | None,
 ) -> None:
     """Profiled and poisoned repeat of trial 1, perturbed run; sends the ``runtime`` report (docs/verification.md)."""
     first = req["trials"][0]
@@ -142,20 +153,29 @@ def _runtime_extras(
 
     def make_args() -> list[Any]:
         program.apply_shape(req["shapes"][k])
-        return clone_args(to_device(program.inputs(int(first["seed"])), device))
+        raw = drawn.trials[0] if drawn is not None else program.inputs(int(first["seed"]))
+        return clone_args(to_device(raw, device))
 
     report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array)
     if len(report) > 2:  # more than type and phase: something was checked
         chan.send(report, arrays)
 
 
-def _run_timing(
-    chan: Channel, req: dict[str, Any], program: ProgramModule, model: Any, device: torch.device
+def run_timing(
+    chan: Channel,
+    req: dict[str, Any],
+    program: ProgramModule,
+    model: Any,
+    device: torch.device,
+    drawn: DrawnInputs | None = None,
 ) -> tuple[TimedRun, list[list[Any]]]:
     """Time ``model`` on the timing pool; sends the ``timing`` message, returns the run and the pool."""
     t = req["timing"]
     program.apply_shape(req["shapes"][0])
-    pool = [to_device(program.inputs(int(t["seed"]) + i), device) for i in range(int(t["pool"]))]
+    if drawn is not None and drawn.pool is not None:
+        pool = [to_device(args, device) for args in drawn.pool]
+    else:
+        pool = [to_device(program.inputs(int(t["seed"]) + i), device) for i in range(int(t["pool"]))]
     keep = [int(i) for i in t.get("keep", [])]
     with torch.no_grad():
         run = time_forward(
@@ -212,7 +232,7 @@ def _load_candidate(req: dict[str, Any], state: Any) -> Any:
     except BaseException as e:  # a candidate may raise anything, SystemExit included
         if state.failed:
             raise CandidateFailure("compile_error", state.failed[-1]) from None
-        raise CandidateFailure("runtime_error", _format_exc(e)) from None
+        raise CandidateFailure("runtime_error", format_exc(e)) from None
     if state.failed:
         raise CandidateFailure("compile_error", state.failed[-1])
     cls = getattr(module, "ModelNew", None)
@@ -244,33 +264,47 @@ def _watch() -> dict[str, tuple[str, Any, str]]:
 
 
 def _trials_phase(
-    chan: Channel, req: dict[str, Any], program: ProgramModule, model_cls: Any, state: Any, guard: RuntimeGuard
+    chan: Channel,
+    req: dict[str, Any],
+    program: ProgramModule,
+    model_cls: Any,
+    state: Any,
+    guard: RuntimeGuard,
+    drawn: DrawnInputs | None,
 ) -> dict[int, Any]:
     try:
-        models = _run_trials(chan, req, program, model_cls, guard.device, guarded=True, probe=guard)
+        models = run_trials(chan, req, program, model_cls, guard.device, guarded=True, probe=guard, drawn=drawn)
     except BuildFailedError:
         raise CandidateFailure("compile_error", state.failed[-1]) from None
     except BaseException as e:
-        raise CandidateFailure("runtime_error", _format_exc(e)) from None
+        raise CandidateFailure("runtime_error", format_exc(e)) from None
     try:
-        _runtime_extras(chan, req, program, models, guard)
+        _runtime_extras(chan, req, program, models, guard, drawn)
     except BaseException as e:  # it passed the same input a moment ago
         raise CandidateFailure(
-            "runtime_error", "while repeating trial 1 for the runtime checks:\n" + _format_exc(e)
+            "runtime_error", "while repeating trial 1 for the runtime checks:\n" + format_exc(e)
         ) from None
     return models
 
 
-def _timing_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, model: Any, guard: RuntimeGuard) -> None:
+def _timing_phase(
+    chan: Channel,
+    req: dict[str, Any],
+    program: ProgramModule,
+    model: Any,
+    guard: RuntimeGuard,
+    drawn: DrawnInputs | None,
+) -> None:
     chan.send({"type": "stage", "name": "timing"})
+    _wait_for_go(chan)  # timed runs hold the device alone (on the CPU only they do: see docs/scaling.md)
     guard.start_timing()
     t = req["timing"]
     try:
-        run, pool = _run_timing(chan, req, program, model, guard.device)
+        run, pool = run_timing(chan, req, program, model, guard.device, drawn)
         timed_calls = int(t["warmup"]) + len(run.samples_ms)
         report = guard.finish_timing(model, pool, timed_calls, int(t["flush_bytes"]), int(t["repeats"]))
     except BaseException as e:
-        raise CandidateFailure("runtime_error", "while timing:\n" + _format_exc(e)) from None
+        raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
     if len(report) > 2:
         chan.send(report)
 
@@ -278,11 +312,13 @@ def _timing_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, mo
 def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     """Evaluate one candidate and report outputs and timings to the parent."""
     try:
-        device = _configure(req)
+        device = configure_device(req)
     except RuntimeError as e:  # the device's runtime is missing here: the harness's problem, not the candidate's
         chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": str(e)}})
         return
     program = ProgramModule(load_program(req["task_source"], "reference_inputs", "<reference>"))
+    # On the CPU every input is drawn now, outside the device slot and before any candidate code runs.
+    drawn = draw_inputs(req, program) if device.type == "cpu" else None
     state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
     if req["backend"] == "triton" and req["device"] == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
         from musaenv.backends.triton_interp import install_interpreter_guards
@@ -299,11 +335,11 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
             chan.send({"type": "result", "builds": state.builds, "compile_only": True})
             return
         chan.send({"type": "stage", "name": "trials"})
-        _wait_for_go(chan)  # the parent grants the device: runs never overlap, builds do
+        _wait_for_go(chan)  # the parent grants the device (on GPUs for the whole run; builds still overlap)
         threads_before = thread_count()
-        models = _trials_phase(chan, req, program, model_cls, state, guard)
+        models = _trials_phase(chan, req, program, model_cls, state, guard, drawn)
         if req.get("timing"):
-            _timing_phase(chan, req, program, models[0], guard)
+            _timing_phase(chan, req, program, models[0], guard, drawn)
         warnings = []
         if not guard.checks and thread_count() > threads_before + 1:
             warnings.append("thread_count_grew")  # with runtime checks on, the parent judges thread_started
@@ -321,43 +357,12 @@ def _instantiate_for_builds(program: ProgramModule, req: dict[str, Any], model_c
         raise CandidateFailure("compile_error", state.failed[-1])
 
 
-def serve_reference(chan: Channel) -> None:
-    """Serve reference requests until the parent closes the channel."""
-    cache: dict[str, ProgramModule] = {}
-    while True:
-        try:
-            req, _ = chan.recv()
-        except EOFError:
-            return
-        if req.get("type") == "shutdown":
-            return
-        try:
-            device = _configure(req)
-            key = req["task_hash"]
-            if key not in cache:
-                cache[key] = ProgramModule(load_program(req["task_source"], "reference", "<reference>"))
-            program = cache[key]
-            model_cls = program.module.Model
-            models = _run_trials(chan, req, program, model_cls, device, guarded=False)
-            if req.get("timing"):
-                if 0 not in models:
-                    program.apply_shape(req["shapes"][0])
-                    init = program.init_inputs(req["init_seed"])
-                    seed_all(req["init_seed"] + 1)
-                    models[0] = model_cls(*init).to(device)
-                baseline = models[0]
-                if req["timing"].get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
-                    baseline = torch.compile(baseline)
-                _run_timing(chan, req, program, baseline, device)
-            chan.send({"type": "result"})
-        except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
-            chan.send({"type": "result", "failure": {"stage": "infra_error", "log": _format_exc(e)}})
-
-
 def serve(chan: Channel, role: str) -> int:
     """Run as a worker of ``role`` on ``chan``: say ready, then serve references or one candidate."""
     chan.send({"type": "ready", "pid": os.getpid(), "torch": torch.__version__})
     if role == "reference":
+        from musaenv.evaluator.reference_worker import serve_reference
+
         serve_reference(chan)
         return 0
     try:

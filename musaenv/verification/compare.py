@@ -6,7 +6,7 @@ itself is non-finite the candidate must match it exactly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,14 +109,26 @@ def compare_outputs(
     return TrialComparison(True, worst_abs, worst_rel)
 
 
+def _finite_chunks(r: np.ndarray) -> Iterator[np.ndarray]:
+    flat = r.reshape(-1)
+    for lo in range(0, flat.size, _CHUNK):
+        c = flat[lo : lo + _CHUNK].astype(np.float64)
+        yield c[np.isfinite(c)]
+
+
+def _constant_passes(r: np.ndarray, const: float, atol: float, rtol: float) -> bool:
+    # Chunked, so a real task (where zeros fail almost everywhere) is answered from its first chunk.
+    return all(np.all(np.abs(c - const) <= atol + rtol * np.abs(c)) for c in _finite_chunks(r))
+
+
 def trivial_output_passes(ref: Sequence[np.ndarray], atol: float, rtol: float) -> bool:
     """Would an all-zeros or a constant (the mean) output pass this trial? (HACKS S6: a degenerate test.)"""
     for r in ref:
-        r64 = r.astype(np.float64, copy=False)
-        finite = r64[np.isfinite(r64)]
-        if finite.size == 0:
-            continue
-        for const in (0.0, float(finite.mean())):
-            if not np.all(np.abs(finite - const) <= atol + rtol * np.abs(finite)):
-                return False
+        if not _constant_passes(r, 0.0, atol, rtol):
+            return False
+        total, count = 0.0, 0
+        for c in _finite_chunks(r):
+            total, count = total + float(c.sum()), count + c.size
+        if count and not _constant_passes(r, total / count, atol, rtol):
+            return False
     return True

@@ -1,0 +1,77 @@
+"""Reference worker loop: trusted reference programs only, many requests, in a process no candidate touched.
+
+Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`):
+
+* ``draw``: draw a coming request's inputs now (CPU only), while the candidate still runs and does not hold the
+  device, so the reference's turn on the device is shorter. No reply; a failed draw is simply redone later.
+* ``reference``: correctness trials (and timing, unless cached) of the task's ``Model``; answered with ``trial``
+  and ``timing`` messages and a ``result``. Uses the drawn inputs when its ``draw_id`` matches the last draw.
+* ``shutdown``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from musaenv.evaluator.channel import Channel
+from musaenv.evaluator.harness import DrawnInputs, ProgramModule, draw_inputs, load_program, seed_all
+from musaenv.evaluator.worker import configure_device, format_exc, run_timing, run_trials
+
+__all__ = ["serve_reference"]
+
+
+def _program(cache: dict[str, ProgramModule], req: dict[str, Any]) -> ProgramModule:
+    key = str(req["task_hash"])
+    if key not in cache:
+        cache[key] = ProgramModule(load_program(req["task_source"], "reference", "<reference>"))
+    return cache[key]
+
+
+def _draw(cache: dict[str, ProgramModule], req: dict[str, Any]) -> tuple[str, DrawnInputs] | None:
+    try:
+        configure_device(req)
+        return str(req["draw_id"]), draw_inputs(req, _program(cache, req))
+    except Exception:  # drawn again (and reported) by the reference request itself
+        return None
+
+
+def _run(chan: Channel, req: dict[str, Any], program: ProgramModule, drawn: DrawnInputs | None) -> None:
+    device = configure_device(req)
+    model_cls = program.module.Model
+    models = run_trials(chan, req, program, model_cls, device, guarded=False, drawn=drawn)
+    if req.get("timing"):
+        if 0 not in models:
+            program.apply_shape(req["shapes"][0])
+            init = program.init_inputs(req["init_seed"])
+            seed_all(req["init_seed"] + 1)
+            models[0] = model_cls(*init).to(device)
+        baseline = models[0]
+        if req["timing"].get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
+            baseline = torch.compile(baseline)
+        run_timing(chan, req, program, baseline, device, drawn)
+
+
+def serve_reference(chan: Channel) -> None:
+    """Serve reference requests until the parent closes the channel."""
+    cache: dict[str, ProgramModule] = {}
+    pending: tuple[str, DrawnInputs] | None = None
+    while True:
+        try:
+            req, _ = chan.recv()
+        except EOFError:
+            return
+        kind = req.get("type")
+        if kind == "shutdown":
+            return
+        if kind == "draw":
+            pending = _draw(cache, req)
+            continue
+        drawn = pending[1] if pending is not None and pending[0] == req.get("draw_id") else None
+        pending = None
+        try:
+            _run(chan, req, _program(cache, req), drawn)
+            chan.send({"type": "result"})
+        except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
+            chan.send({"type": "result", "failure": {"stage": "infra_error", "log": format_exc(e)}})
