@@ -39,3 +39,13 @@ def test_solution_is_correct_under_every_defence(evaluator: LocalEvaluator, task
     assert all(n >= 1 for n in r.extra["runtime"]["kernel_calls"])
     score = candidate_score(r)
     assert score is not None and score >= 1.0
+
+
+@pytest.mark.parametrize("task_id", ["l1_layernorm", "l2_add_layernorm"])
+def test_normalisation_without_its_scale_and_shift_fails(evaluator: LocalEvaluator, task_id: str) -> None:
+    """HACKS S6 for norms: with default weights (ones, zeros) a kernel that skips the affine step would pass."""
+    src = solution_source(task_id, "cpu")
+    skipped = src.replace("* pw[i] + pb[i]", "")
+    assert skipped != src  # the shipped kernel applies the affine step exactly there
+    r = evaluator.evaluate(get_task(task_id), skipped, seed=12)
+    assert r.stage is Stage.INCORRECT and r.trials_passed == 0, r.to_dict()

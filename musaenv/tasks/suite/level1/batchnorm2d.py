@@ -12,6 +12,10 @@ class Model(nn.Module):
     def __init__(self, num_features: int):
         super().__init__()
         self.bn = nn.BatchNorm2d(num_features)
+        # Non-default scale and shift (seeded like every parameter): skipping them must fail.
+        with torch.no_grad():
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-0.5, 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(x)

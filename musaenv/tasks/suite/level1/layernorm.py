@@ -8,6 +8,10 @@ class Model(nn.Module):
     def __init__(self, hidden_size: int):
         super().__init__()
         self.ln = nn.LayerNorm(hidden_size)
+        # Non-default scale and shift (seeded like every parameter): skipping them must fail.
+        with torch.no_grad():
+            self.ln.weight.uniform_(0.5, 1.5)
+            self.ln.bias.uniform_(-0.5, 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.ln(x)

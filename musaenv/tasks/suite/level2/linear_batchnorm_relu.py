@@ -9,6 +9,10 @@ class Model(nn.Module):
         super().__init__()
         self.fc = nn.Linear(in_features, out_features)
         self.bn = nn.BatchNorm1d(out_features)
+        # Non-default scale and shift (seeded like every parameter): skipping them must fail.
+        with torch.no_grad():
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.uniform_(-0.5, 0.5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(self.bn(self.fc(x)))

@@ -17,6 +17,11 @@ class Model(nn.Module):
         self.ln2 = nn.LayerNorm(embed_dim)
         self.fc1 = nn.Linear(embed_dim, 4 * embed_dim)
         self.fc2 = nn.Linear(4 * embed_dim, embed_dim)
+        # Non-default scale and shift (seeded like every parameter): skipping them must fail.
+        with torch.no_grad():
+            for norm in (self.ln1, self.ln2):
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.uniform_(-0.5, 0.5)
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
