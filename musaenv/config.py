@@ -77,6 +77,10 @@ class TimingConfig(_Config):
         flush_bytes: Size of the eviction buffer; ``None`` = 32 MB on the CPU (more than this tier's caches) and
             256 MB on GPUs (KernelBench's L2 flush size; larger than an H100/H200 L2).
         baseline: Reference baseline timed for the speedup: ``eager`` or ``compile`` (``torch.compile``).
+        reference: ``cached``: the reference is timed once per task, shape, machine, torch version and these
+            settings, and reused (cheap, but measured at another moment than the candidate); ``every``: timed
+            again right after each candidate, under the same conditions (side by side; about doubles the
+            timing cost of an evaluation, steadier speedups on a busy machine).
         cpu_threads: Intra-op threads for both reference and candidate on the CPU backend.
         enabled: When False, correctness only; speedup is ``None``.
     """
@@ -87,6 +91,7 @@ class TimingConfig(_Config):
     flush_cache: bool = True
     flush_bytes: int | None = None
     baseline: str = "eager"
+    reference: str = "cached"
     cpu_threads: int = 1
     enabled: bool = True
 
@@ -103,6 +108,7 @@ class TimingConfig(_Config):
             "Use 0 for no flush, None for the device default.",
         )
         _require(self.baseline in ("eager", "compile"), n, "baseline eager/compile", self.baseline, "")
+        _require(self.reference in ("cached", "every"), n, "reference cached/every", self.reference, "")
         _require(self.cpu_threads >= 1, n, "cpu_threads >= 1", self.cpu_threads, "Use 1 for single-core timing.")
 
 

@@ -107,7 +107,9 @@ class ReferenceService:
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
     def cached_timing(self, task: Task, plan: EvalPlan) -> TimingStats | None:
-        """The cached reference timing for this task and shape, if any."""
+        """The cached reference timing for this task and shape, if any (never with ``reference="every"``)."""
+        if self.timing.reference == "every":
+            return None
         key = self._timing_key(task, plan)
         if key not in self._memo:
             try:

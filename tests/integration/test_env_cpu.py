@@ -46,6 +46,16 @@ def test_correct_then_cached(evaluator, relu):
     assert again.compile_time_s == 0.0
 
 
+def test_reference_timed_once_or_beside_every_candidate(evaluator, relu):
+    cached = [evaluator.evaluate(relu, hazard_candidate("relu_ok"), seed=s).ref_timing for s in (11, 12)]
+    assert cached[0] is not None and cached[0] == cached[1]  # measured once, then reused
+    every = FAST.replace(timing=FAST.timing.replace(reference="every"))
+    with LocalEvaluator("cpu", every) as ev:
+        fresh = [ev.evaluate(relu, hazard_candidate("relu_ok"), seed=s) for s in (13, 14)]
+    assert all(r.stage is Stage.CORRECT and r.ref_timing is not None for r in fresh)
+    assert fresh[0].ref_timing != fresh[1].ref_timing != cached[0]  # timed again beside each candidate
+
+
 def test_wrong_math_is_incorrect(evaluator, relu):
     r = evaluator.evaluate(relu, hazard_candidate("relu_wrong"), seed=3)
     assert r.stage is Stage.INCORRECT

@@ -1,0 +1,87 @@
+"""One evaluator contract, two implementations: the local EvaluatorPool and the RayEvaluator (local Ray, 2 CPUs).
+
+Each test runs against both with identical assertions: verdicts and their order on a mixed batch, the
+``submit``/``evaluate`` API, and per-request timeouts. Implementation-specific behaviour (a killed worker or
+actor mid-batch, shipped build artifacts) is tested in test_pool.py and test_ray.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator.pool import EvalRequest, EvaluatorPool
+from musaenv.tasks.builtin import get_task
+from musaenv.types import Stage
+from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
+
+pytestmark = pytest.mark.slow
+
+FAST = EvalConfig(static_policy="off", run_timeout_s=30.0, timing=TimingConfig(repeats=3, warmup=1, max_time_s=0.5))
+TIMEOUT_S = 20.0  # per request; the spinning candidate's own stage limit (30 s) comes later
+
+
+@pytest.fixture(scope="module", params=["pool", "ray"])
+def evaluator(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if request.param == "pool":
+        with EvaluatorPool("cpu", FAST, compile_workers=2, request_timeout_s=TIMEOUT_S) as pool:
+            yield pool
+        return
+    pytest.importorskip("ray")
+    import ray
+
+    from musaenv.evaluator.ray_backend import RayEvaluator
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024**2)
+    try:
+        with RayEvaluator("cpu", FAST, num_executors=1, request_timeout_s=TIMEOUT_S) as ev:
+            yield ev
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def relu() -> Any:
+    return get_task("l1_relu")
+
+
+def test_mixed_batch_gets_each_verdict_in_request_order(evaluator: Any, relu: Any) -> None:
+    reqs = [
+        EvalRequest(relu, hazard_candidate("relu_ok"), 1),
+        EvalRequest(relu, "no code here", 2),
+        EvalRequest(relu, hazard_candidate("relu_wrong"), 3),
+        EvalRequest(relu, COMPILE_ERROR_CANDIDATE, 4),
+        EvalRequest(relu, hazard_candidate("segfault"), 5),
+        EvalRequest(relu, hazard_candidate("throws"), 6),
+    ]
+    results = evaluator.evaluate_many(reqs, progress=False)
+    stages = [r.stage for r in results]
+    assert stages == [Stage.CORRECT, Stage.FORMAT_ERROR, Stage.INCORRECT, Stage.COMPILE_ERROR,
+                      Stage.RUNTIME_ERROR, Stage.RUNTIME_ERROR], [r.to_dict() for r in results]  # fmt: skip
+    ok, _, wrong, broken, crash, throws = results
+    assert ok.trials_passed == ok.trials_total == FAST.num_trials and ok.speedup is not None
+    assert wrong.trials_passed == 0 and wrong.max_abs_error is not None
+    assert "error" in broken.compiler_log.lower()
+    assert "SIGSEGV" in crash.runtime_log
+    assert "kernel exploded on purpose" in throws.runtime_log
+    assert all(r.task_id == "l1_relu" and r.backend == "cpu" for r in results)
+
+
+def test_submit_gives_a_future_and_evaluate_the_same_verdict(evaluator: Any, relu: Any) -> None:
+    fut = evaluator.submit(relu, hazard_candidate("relu_ok"), 7)
+    assert isinstance(fut, Future)
+    assert fut.result().stage is Stage.CORRECT
+    assert evaluator.evaluate(relu, hazard_candidate("relu_wrong"), 8).stage is Stage.INCORRECT
+
+
+def test_a_request_past_its_time_limit_is_an_infra_error_and_the_next_one_runs(evaluator: Any, relu: Any) -> None:
+    spun, after = evaluator.evaluate_many(
+        [EvalRequest(relu, hazard_candidate("spin"), 9), EvalRequest(relu, hazard_candidate("relu_ok"), 10)],
+        progress=False,
+    )
+    assert spun.stage is Stage.INFRA_ERROR and spun.extra.get("pool_timeout"), spun.to_dict()
+    assert after.stage is Stage.CORRECT, after.to_dict()
