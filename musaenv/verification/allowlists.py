@@ -361,7 +361,9 @@ CPP_TORCH_SPECIAL: dict[str, str] = {
     "Library": "monkeypatch",
     "impl::OperatorEntry": "monkeypatch",
     "jit": "graph_replay",
-}
+    **dict.fromkeys(_PROFILER_SWITCHES := ("RecordFunctionGuard", "DisableRecordFunctionGuard",
+                                           "enableRecordFunction", "clearCallbacks"), "profiler_tampering"),
+}  # fmt: skip
 
 #: Qualified ``std::`` names that are banned (prefix match on ``::`` boundaries).
 CPP_STD_BANS: dict[str, str] = {
@@ -377,6 +379,7 @@ CPP_STD_BANS: dict[str, str] = {
 
 #: Identifiers banned wherever they appear unqualified (or ``::``-qualified), called or not.
 CPP_NAME_BANS: dict[str, str] = {
+    **dict.fromkeys(_PROFILER_SWITCHES, "profiler_tampering"),  # also under ``using namespace at``
     **dict.fromkeys(
         ("pthread_create", "fork", "vfork", "system", "popen", "execl", "execlp", "execle", "execv", "execvp",
          "execvpe", "execve", "fexecve", "posix_spawn", "posix_spawnp", "clone", "kill", "ptrace", "prctl",

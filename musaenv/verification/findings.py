@@ -34,6 +34,7 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "thread_or_process": "threads or processes from C++ [T2]",
     "network": "network access [S14]",
     "monkeypatch": "patching torch, the harness or any imported module [S20, T4]",
+    "profiler_tampering": "switching off the recording of ATen calls that the runtime checks rely on [S20]",
     "introspection": "frames, globals, gc, inspect, environment or argv [S21, S22]",
     "file_access": "reading or writing files [S14]",
     "harness_access": "importing the evaluation harness [S20]",

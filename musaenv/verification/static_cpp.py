@@ -47,6 +47,7 @@ _ID_RE = re.compile(r"[A-Za-z_]\w*")
 _USING_NS_RE = re.compile(r"\busing\s+namespace\s+((?:::\s*)?\w+(?:\s*::\s*\w+)*)\s*;")
 _NS_ALIAS_RE = re.compile(r"\bnamespace\s+(\w+)\s*=\s*((?:::\s*)?\w+(?:\s*::\s*\w+)*)\s*;")
 _DEF_RE = re.compile(r"\b(\w+)\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)\s*(?:const\s*)?(?:noexcept\s*)?\{")
+_LAMBDA_RE = re.compile(r"\b(\w+)\s*=\s*\[")
 _ASM_RE = re.compile(r"\b(?:asm|__asm__|__asm)\b")
 _STRING_FLAGS = (
     (re.compile(r"\b(?:cublas|cudnn|mublas|mudnn|cblas_|mkl_|libcublas|libcudnn)\w*", re.I), "vendor_library"),
@@ -255,7 +256,12 @@ def _context(code: str, start: int) -> str:
     return "free"
 
 
-def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
+def defined_names(code: str) -> set[str]:
+    """Functions defined (``name(...) {``) and lambdas or callables bound to a name (``name = [``) in ``code``."""
+    return {d.group(1) for d in _DEF_RE.finditer(code)} | {d.group(1) for d in _LAMBDA_RE.finditer(code)}
+
+
+def _scan_names(code: str, line_of: _Lines, known: frozenset[str] = frozenset()) -> Iterator[CppHit]:
     """Identifier-level checks on code without comments and strings."""
     aliases = {m.group(1): re.sub(r"\s|^::", "", m.group(2)) for m in _NS_ALIAS_RE.finditer(code)}
     for m in _QUAL_RE.finditer(code):
@@ -279,7 +285,7 @@ def _scan_names(code: str, line_of: _Lines) -> Iterator[CppHit]:
     using_torch = any(
         re.sub(r"\s|^::", "", u.group(1)).split("::")[0] in al.CPP_TORCH_NAMESPACES for u in _USING_NS_RE.finditer(code)
     )
-    defined = {d.group(1) for d in _DEF_RE.finditer(code)}
+    defined = defined_names(code) | known
     for m in _ID_RE.finditer(code):
         yield from _check_identifier(code, m, line_of, using_torch, defined)
     for m in _ASM_RE.finditer(code):
@@ -300,12 +306,29 @@ def _check_identifier(
     if word in al.CPP_NAME_BANS:
         flag = al.CPP_NAME_BANS[word]
         yield CppHit(flag, word, line_of(m.start()), f"{word}: {describe(flag)}")
-    elif using_torch and word not in defined and al.is_compute_name(word) and re.match(r"\s*\(", code[m.end() :]):
+    elif word not in defined and al.is_compute_name(word) and re.match(r"\s*\(", code[m.end() :]):
         ambiguous = word in al.CPP_MATH_OVERLAP
-        detail = f"{word}() under 'using namespace' of torch/ATen " + (
-            "may be an ATen op" if ambiguous else "is ATen library compute"
-        )
-        yield CppHit("library_compute", word, line_of(m.start()), detail, WARNING if ambiguous else ERROR)
+        if using_torch:
+            detail = f"{word}() under 'using namespace' of torch/ATen " + (
+                "may be an ATen op" if ambiguous else "is ATen library compute"
+            )
+            yield CppHit("library_compute", word, line_of(m.start()), detail, WARNING if ambiguous else ERROR)
+        elif not ambiguous and not _declares(code, m.start()):
+            # clamp_min(x, 0) on a Tensor finds at::clamp_min by argument-dependent lookup
+            detail = f"{word}() is not defined here: on a Tensor argument it is the ATen op (argument-dependent lookup)"
+            yield CppHit("library_compute", word, line_of(m.start()), detail)
+
+
+_CALL_KEYWORDS = frozenset({"return", "co_return", "co_yield", "throw", "else", "do", "case", "sizeof", "new"})
+
+
+def _declares(code: str, start: int) -> bool:
+    """True when the word at ``start`` is being declared (``std::vector<float> gt(n)``, ``float acc(0)``)."""
+    before = code[max(0, start - 80) : start].rstrip()
+    if before.endswith(">"):
+        return True
+    prev = re.search(r"([A-Za-z_]\w*)$", before)
+    return prev is not None and prev.group(1) not in _CALL_KEYWORDS
 
 
 def _scan_strings(strings: list[tuple[str, int]], line_of: _Lines) -> Iterator[CppHit]:
@@ -323,7 +346,13 @@ def _first_definitions(code: str, defines: dict[str, list[int]]) -> str | None:
     return "\n".join("" if i in later else line for i, line in enumerate(code.split("\n")))
 
 
-def scan_source(text: str, kind: str = "cpp", defines: tuple[str, ...] = (), preprocess: bool = True) -> list[CppHit]:
+def scan_source(
+    text: str,
+    kind: str = "cpp",
+    defines: tuple[str, ...] = (),
+    preprocess: bool = True,
+    known: frozenset[str] = frozenset(),
+) -> list[CppHit]:
     """Every construct of interest in one C++/CUDA/MUSA source text, each reported once.
 
     Args:
@@ -331,6 +360,7 @@ def scan_source(text: str, kind: str = "cpp", defines: tuple[str, ...] = (), pre
         kind: ``cpp``, ``cuda``, ``musa`` or ``sycl`` (CUDA/MUSA predefine their compiler macros).
         defines: ``-D``/``-U`` options from the build flags, applied to the preprocessor too.
         preprocess: Run ``g++ -E``; when False, or when the preprocessor is missing, only the raw text is scanned.
+        known: Functions defined in the build's other sources (a ``.cu`` launcher called from the C++ source).
 
     Returns:
         Hits in source order; a warning hit ``preprocessor_unavailable`` when preprocessing could not be done.
@@ -342,7 +372,7 @@ def scan_source(text: str, kind: str = "cpp", defines: tuple[str, ...] = (), pre
     for rest, line in includes:
         hits.extend(_check_include(rest, line))
     bare, strings = _lex(code, keep_strings=False)
-    hits.extend(_scan_names(bare, raw_lines))
+    hits.extend(_scan_names(bare, raw_lines, known))
     hits.extend(_scan_strings(strings, raw_lines))
     if preprocess and code.strip():
         variants = [code] + [v for v in (_first_definitions(code, macro_defs),) if v is not None]
@@ -354,7 +384,7 @@ def scan_source(text: str, kind: str = "cpp", defines: tuple[str, ...] = (), pre
                 break
             pp_text, pp_lines = _mapped_output(out)
             pp_bare, pp_strings = _lex(pp_text, keep_strings=False)
-            hits.extend(_scan_names(pp_bare, pp_lines))
+            hits.extend(_scan_names(pp_bare, pp_lines, known))
             hits.extend(_scan_strings(pp_strings, pp_lines))
     if any(len(v) > 1 for v in macro_defs.values()):
         names = sorted(k for k, v in macro_defs.items() if len(v) > 1)
@@ -442,8 +472,9 @@ def check_build(spec: BuildSpec, policy: str = "strict", preprocess: bool = True
         if f is not None:
             out.append(f)
     defines = _defines(tokens)
+    known = frozenset(n for src in spec.sources for n in defined_names(_lex(_splice(src.text), keep_strings=False)[0]))
     for src in spec.sources:
-        for hit in scan_source(src.text, src.kind, defines, preprocess):
+        for hit in scan_source(src.text, src.kind, defines, preprocess, known):
             where = f"{src.kind}_sources" + (f" line {hit.line}" if hit.line is not None else "")
             f = _to_finding(hit, where, src.python_line(hit.line), policy)
             if f is not None:

@@ -144,14 +144,7 @@ def test_suspicious_speedup_is_recomputed_from_the_slower_measurement() -> None:
     assert plain.warnings == []
 
 
-_STATIC_GAPS = {
-    "relu_adl": "static_cpp has no rule for unqualified ATen calls found by argument-dependent lookup",
-    "relu_adl_unrecorded": "static_cpp has no rule for unqualified ATen calls nor for at::RecordFunctionGuard",
-}
-SNIPPET_PARAMS = [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_STATIC_GAPS[n])) if n in _STATIC_GAPS else n
-    for n in sorted(DIRTY_SNIPPETS)
-]
+SNIPPET_PARAMS = sorted(DIRTY_SNIPPETS)
 
 
 @pytest.mark.parametrize("name", SNIPPET_PARAMS)

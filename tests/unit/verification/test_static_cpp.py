@@ -73,7 +73,13 @@ CPP_CHEATS = [
     ("library_impl", "TORCH_LIBRARY_IMPL(aten, CPU, m) {}\n" + fn("return x;"), "monkeypatch"),
     ("persisting_l2", fn("cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, 1 << 20); return x;"), "global_state"),
     ("computed_include", "#define H <cublas_v2.h>\n#include H\n" + fn("return x;"), "computed_include"),
-]
+    ("adl_call", fn("return clamp_min(x, 0);"), "library_compute"),
+    ("adl_nested", fn("auto y = x.contiguous(); return add(relu(y), 1);"), "library_compute"),
+    ("record_guard", fn("at::RecordFunctionGuard off(false); return x;"), "profiler_tampering"),
+    ("record_guard_unqualified", "using namespace at;\n" + fn("RecordFunctionGuard off(false); return x;"),
+     "profiler_tampering"),
+    ("record_switch", fn("at::enableRecordFunction(false); return x;"), "profiler_tampering"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("cpp", "flag"), [c[1:] for c in CPP_CHEATS], ids=[c[0] for c in CPP_CHEATS])
@@ -234,3 +240,33 @@ def test_scan_source_reports_each_construct_once_with_its_line() -> None:
     hits = scan_source("#include <torch/extension.h>\n\nint f() {\n  at::relu(a);\n  at::relu(b);\n}\n", "cpp")
     relu = [h for h in hits if h.symbol == "at::relu"]
     assert len(relu) == 1 and relu[0].line == 4 and relu[0].flag == "library_compute"
+
+
+# Unqualified names that are ATen ops but mean something else here: none of these is a finding.
+ADL_LOOKALIKES = [
+    ("own_device_function", "__device__ float relu(float v) { return v > 0.f ? v : 0.f; }\n" + fn("return x;")),
+    ("own_template", "template <typename T> T gelu(T v) { return v; }\n" + fn("float a = gelu(1.f); return x;")),
+    ("lambda", fn("auto relu = [](float v) { return v > 0.f ? v : 0.f; }; float a = relu(2.f); return x;")),
+    ("vector_named_like_an_op", fn("std::vector<float> gt(16), ut(16); gt[0] = 1.f; return x;")),
+    ("scalar_constructed", fn("float mean(0.f); double var(1.0); mean += 1.f; return x;")),
+    ("std_math", fn("float a = exp(1.f) + sqrt(2.f) + max(1.f, 2.f) + tanh(0.5f); return x;")),
+]
+
+
+@pytest.mark.parametrize("cpp", [c[1] for c in ADL_LOOKALIKES], ids=[c[0] for c in ADL_LOOKALIKES])
+def test_unqualified_lookalikes_are_not_library_compute(cpp: str) -> None:
+    report = analyze_candidate(candidate(cpp=cpp), policy="strict")
+    assert "library_compute" not in report.flags, report.messages
+
+
+def test_a_launcher_defined_in_the_cuda_source_may_share_an_op_name() -> None:
+    """``softmax`` is declared in the C++ source and defined in the CUDA one: the call is the candidate's own."""
+    code = (
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
+        'CPP = "torch::Tensor softmax(torch::Tensor x);\\ntorch::Tensor k(torch::Tensor x) { return softmax(x); }"\n'
+        'CU = "#include <torch/extension.h>\\ntorch::Tensor softmax(torch::Tensor x) { return x; }"\n'
+        'ext = load_inline(name="e", cpp_sources=CPP, cuda_sources=CU, functions=["k"])\n\n\n'
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return ext.k(x)\n"
+    )
+    report = analyze_candidate(code, policy="strict", backend="cuda")
+    assert "library_compute" not in report.flags, report.messages
