@@ -166,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ready = {"type": "ready", "pid": os.getpid(), "torch": torch.__version__}
     ready["threads"] = len(os.listdir("/proc/self/task"))  # >1 when a BLAS library started its pool at load
+    # A CUDA context made before fork is unusable in every child: the client refuses such a server.
+    ready["cuda_initialized"] = bool(torch.cuda.is_initialized())
     sock.sendall(json.dumps(ready).encode())
     serve_requests(sock)
     return 0
@@ -226,6 +228,9 @@ class ForkServer:
                 if self.ready is None:
                     self.ready = self._recv(START_TIMEOUT_S - (time.monotonic() - self._started))
                     log.debug("fork server ready: %s", self.ready)
+                    if self.ready.get("cuda_initialized"):
+                        self._dead = True
+                        raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
                 socket.send_fds(self._sock, [json.dumps(req).encode()], list(fds))
                 reply = self._recv(REQUEST_TIMEOUT_S)
             except (OSError, ValueError) as e:
