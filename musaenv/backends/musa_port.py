@@ -28,152 +28,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from musaenv.backends.musa_tables import (
+    C10_MUSA_SYMBOLS,
+    CPP_TOKEN,
+    CUDA_RUNTIME_NAMES,
+    DNN_WARNING,
+    IDENT_WARN,
+    IDENTS,
+    INCLUDE_WARN,
+    INCLUDES,
+    MUSA_EXTENSION,
+    NVCC_FLAG,
+    NVCC_FLAG_WARNING,
+    PREFIXES,
+    PY_ATTRS,
+    PY_LOADER_NAMES,
+)
 from musaenv.errors import ConfigError
 
 __all__ = ["PortResult", "PortWarning", "Rewrite", "add_port_subparser", "main", "port_file", "port_source"]
 
 logger = logging.getLogger(__name__)
-
-# ------------------------------------------------------------------------------------------- mapping tables
-# Sources (details and certainty in docs/musa.md): torch_musa torch_musa/utils/mapping/{include,general,
-# extra,dnn-header,dnn-naming}.json and utils/README.md; torch_musa csrc/core/MUSA{Stream,Guard}.h and
-# csrc/aten/musa/MUSAContext.h; torch_musa utils/musa_extension.py (load_inline signature); MooreThreads/torchada
-# src/torchada/_mappings/{aten,c10,device,data_types}.py.
-
-# CUDA header -> (MUSA header, always write with quotes as torch_musa's README does).
-_INCLUDES: dict[str, tuple[str, bool]] = {
-    "cuda.h": ("musa.h", False),
-    "cuda_runtime.h": ("musa_runtime.h", False),
-    "cuda_runtime_api.h": ("musa_runtime_api.h", False),
-    "cuda_fp16.h": ("musa_fp16.h", False),
-    "cuda_bf16.h": ("musa_bf16.h", False),
-    "cuda_fp8.h": ("musa_fp8.h", False),
-    "cublas_v2.h": ("mublas.h", False),
-    "cublas.h": ("mublas.h", False),
-    "cublasLt.h": ("mublasLt.h", False),
-    "curand.h": ("murand.h", False),
-    "curand_kernel.h": ("murand_kernel.h", False),
-    "cufft.h": ("mufft.h", False),
-    "cusparse.h": ("musparse.h", False),
-    "cusolverDn.h": ("musolverDn.h", False),
-    "cudnn.h": ("mudnn.h", False),
-    "ATen/cuda/CUDAContext.h": ("torch_musa/csrc/aten/musa/MUSAContext.h", True),
-    "ATen/cuda/Exceptions.h": ("torch_musa/csrc/aten/musa/Exceptions.h", True),
-    "ATen/cuda/CUDAEvent.h": ("torch_musa/csrc/core/MUSAEvent.h", True),
-    "c10/cuda/CUDAGuard.h": ("torch_musa/csrc/core/MUSAGuard.h", True),
-    "c10/cuda/CUDAStream.h": ("torch_musa/csrc/core/MUSAStream.h", True),
-    "c10/cuda/CUDAException.h": ("torch_musa/csrc/core/MUSAException.h", True),
-}
-_INCLUDE_WARN = re.compile(
-    r"(ATen/cuda/|c10/cuda/|cuda/|cub/|thrust/|cutlass/|cute/|nvtx|mma\.h|cooperative_groups|cu\w*\.h|nv\w*\.h"
-    r"|device_launch_parameters\.h)"
-)
-
-# CUDA runtime names renamed cudaX -> musaX (torch_musa general.json maps the whole runtime that way). A list,
-# not a prefix rule, so unknown cuda* identifiers (user names) are warned about, never renamed; every name is
-# checked against the CUDA toolkit headers by tests/unit/backends/test_musa_port.py when a toolkit is present.
-_CUDA_RUNTIME_WORDS = """
-    cudaMalloc cudaMallocAsync cudaMallocHost cudaMallocManaged cudaMallocPitch cudaFree cudaFreeAsync
-    cudaFreeHost cudaMemcpy cudaMemcpyAsync cudaMemcpy2D cudaMemcpy2DAsync cudaMemcpyToSymbol
-    cudaMemcpyFromSymbol cudaMemcpyToSymbolAsync cudaMemcpyFromSymbolAsync cudaMemcpyPeer cudaMemcpyPeerAsync
-    cudaMemcpyKind cudaMemcpyHostToDevice cudaMemcpyDeviceToHost cudaMemcpyDeviceToDevice cudaMemcpyHostToHost
-    cudaMemcpyDefault cudaMemset cudaMemsetAsync cudaMemset2D cudaMemGetInfo cudaHostAlloc cudaHostRegister
-    cudaHostUnregister cudaHostGetDevicePointer cudaPointerGetAttributes cudaPointerAttributes
-    cudaMemPrefetchAsync cudaMemAdvise cudaHostAllocDefault cudaHostAllocMapped cudaHostAllocPortable
-    cudaHostRegisterDefault cudaMemAttachGlobal cudaMemoryTypeDevice cudaMemoryTypeHost cudaDeviceSynchronize
-    cudaDeviceReset cudaDeviceGetAttribute cudaDeviceProp cudaGetDeviceProperties cudaGetDevice cudaSetDevice
-    cudaGetDeviceCount cudaDeviceSetCacheConfig cudaDeviceCanAccessPeer cudaDeviceEnablePeerAccess
-    cudaDeviceAttr cudaDeviceSetLimit cudaDeviceGetLimit cudaLimitStackSize cudaLimitMallocHeapSize
-    cudaDevAttrMultiProcessorCount cudaDevAttrMaxSharedMemoryPerBlockOptin cudaDevAttrMaxThreadsPerBlock
-    cudaDevAttrWarpSize cudaDevAttrMaxSharedMemoryPerBlock cudaDevAttrL2CacheSize
-    cudaDevAttrComputeCapabilityMajor cudaDevAttrComputeCapabilityMinor cudaDevAttrMaxBlockDimX
-    cudaDevAttrMaxGridDimX cudaError_t cudaError cudaSuccess cudaErrorInvalidValue cudaErrorMemoryAllocation
-    cudaErrorNotReady cudaGetLastError cudaPeekAtLastError cudaGetErrorString cudaGetErrorName cudaStream_t
-    cudaStreamCreate cudaStreamCreateWithFlags cudaStreamCreateWithPriority cudaStreamDestroy
-    cudaStreamSynchronize cudaStreamWaitEvent cudaStreamQuery cudaStreamNonBlocking cudaStreamDefault
-    cudaStreamLegacy cudaStreamPerThread cudaStreamBeginCapture cudaStreamEndCapture cudaStreamCaptureModeGlobal
-    cudaStreamGetPriority cudaDeviceGetStreamPriorityRange cudaEvent_t cudaEventCreate cudaEventCreateWithFlags
-    cudaEventDestroy cudaEventRecord cudaEventSynchronize cudaEventElapsedTime cudaEventQuery cudaEventDefault
-    cudaEventDisableTiming cudaEventBlockingSync cudaFuncSetAttribute cudaFuncGetAttributes cudaFuncAttributes
-    cudaFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributePreferredSharedMemoryCarveout
-    cudaFuncSetCacheConfig cudaFuncCachePreferShared cudaFuncCachePreferL1 cudaFuncCachePreferNone
-    cudaFuncCachePreferEqual cudaLaunchKernel cudaLaunchCooperativeKernel
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxPotentialBlockSize cudaGraph_t cudaGraphExec_t
-    cudaGraphLaunch cudaGraphInstantiate cudaGraphDestroy cudaGraphExecDestroy cudaDataType cudaDataType_t
-    cudaChannelFormatDesc cudaCreateChannelDesc cudaArray_t cudaTextureObject_t cudaCreateTextureObject
-    cudaDestroyTextureObject cudaResourceDesc cudaTextureDesc cudaResourceTypeLinear cudaReadModeElementType
-    cudaAddressModeClamp cudaFilterModePoint cudaGetSymbolAddress cudaDriverGetVersion cudaRuntimeGetVersion
-    cudaIpcGetMemHandle cudaIpcOpenMemHandle cudaIpcMemHandle_t cudaProfilerStart cudaProfilerStop cudaMemPool_t
-    cudaDeviceGetDefaultMemPool cudaExtent cudaPitchedPtr cudaPos
-    """
-_CUDA_RUNTIME_NAMES = frozenset(_CUDA_RUNTIME_WORDS.split())
-# torch CUDA names whose torch_musa counterpart swaps CUDA for MUSA (torch_musa mapping/extra.json; torchada).
-_TORCH_CUDA_WORDS = """
-    getCurrentCUDAStream getDefaultCUDAStream setCurrentCUDAStream CUDAStream CUDAGuard OptionalCUDAGuard
-    CUDAStreamGuard OptionalCUDAStreamGuard CUDAEvent CUDACachingAllocator getCurrentCUDABlasHandle
-    C10_CUDA_KERNEL_LAUNCH_CHECK C10_CUDA_CHECK AT_CUDA_CHECK TORCH_CUDABLAS_CHECK
-"""
-# Whole identifiers -> (new, rule).
-_IDENTS: dict[str, tuple[str, str]] = {
-    **{k: (k.replace("CUDA", "MUSA"), "torch-api") for k in _TORCH_CUDA_WORDS.split()},
-    "kCUDA": ("kPrivateUse1", "torch-device"),
-    "is_cuda": ("is_privateuseone", "torch-device"),
-    "__nv_bfloat16": ("__mt_bfloat16", "dtype"),
-    "__nv_bfloat162": ("__mt_bfloat162", "dtype"),
-    "__nv_fp8_e4m3": ("__mt_fp8_e4m3", "dtype"),
-    "__nv_fp8_e5m2": ("__mt_fp8_e5m2", "dtype"),
-}
-_LIBS = {lib: "math-lib" for lib in ("cublas", "curand", "cufft", "cusparse", "cusolver")} | {"cudnn": "dnn"}
-# (prefix pattern, replacement, rule): the matched prefix is replaced, the rest of the identifier kept.
-_PREFIXES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"CUDART_"), "MUSART_", "runtime-api"),
-    (re.compile(r"CUDA_(?=[RC]_\d)"), "MUSA_", "runtime-api"),
-    *((re.compile(rf"{lib}(?=[A-Z_]|\Z)"), f"mu{lib[2:]}", rule) for lib, rule in _LIBS.items()),
-    *((re.compile(rf"{lib.upper()}(?=_|LT_)"), f"MU{lib[2:].upper()}", rule) for lib, rule in _LIBS.items()),
-)
-_DRIVER_API = re.compile(
-    r"(cu(Init|Ctx|Module|Launch|Mem|Stream|Event|Device|Func|Graph|Tex|Surf|Link|Pointer|Occupancy|Array|GetErrorString)"
-    r"\w*|CU(result|device|deviceptr|context|module|function|stream|event|graph)\w*)\Z"
-)
-# Left unchanged, with a warning.
-_IDENT_WARN: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(asm|__asm__|__asm)\Z"), "inline assembly (PTX) has no MUSA equivalent; rewrite in CUDA C++"),
-    (re.compile(r"(wmma|nvcuda)\Z"), "WMMA/tensor-core API: no verified MUSA mapping"),
-    (re.compile(r"__CUDA_ARCH__\Z"), "architecture guards: no verified MUSA macro; check the guarded code"),
-    (re.compile(r"cuda[A-Z]\w*\Z"), "not in musaenv's list of CUDA runtime names; left unchanged"),
-    (_DRIVER_API, "CUDA driver API: no verified MUSA mapping"),
-    (re.compile(r"__nv_\w+\Z"), "NVIDIA-specific type or intrinsic: no verified MUSA mapping"),
-)
-_DNN_WARNING = "cuDNN renamed to muDNN by name as torch_musa's porting tables do; muDNN's API differs, verify"
-# Defined in c10::musa by torch_musa (csrc/core/MUSAStream.h, MUSAGuard.h); other at::cuda:: names -> at::musa::.
-_C10_MUSA_WORDS = """
-    getCurrentMUSAStream getDefaultMUSAStream setCurrentMUSAStream getStreamFromPool MUSAStream MUSAGuard
-    OptionalMUSAGuard MUSAStreamGuard OptionalMUSAStreamGuard MUSACachingAllocator
-"""
-_C10_MUSA_SYMBOLS = frozenset(_C10_MUSA_WORDS.split())
-
-_PY_ATTRS = {"cuda": "musa", "is_cuda": "is_musa"}  # after a "."
-_PY_LOADER_NAMES = {
-    "cuda_sources": "musa_sources",
-    "extra_cuda_cflags": "extra_musa_cflags",
-    "with_cuda": "with_musa",
-    "CUDAExtension": "MUSAExtension",
-    "CUDA_HOME": "MUSA_HOME",
-}
-_MUSA_EXTENSION = "torch_musa.utils.musa_extension"
-_NVCC_FLAG = re.compile(
-    r"(?<![\w-])(-arch=\S+|--gpu-architecture\S*|-gencode\S*|--generate-code\S*|-Xptxas\S*|--ptxas-options\S*"
-    r"|-?-use_fast_math|--expt-[\w-]+|-lineinfo|-Xcompiler|--compiler-options)"
-)
-_NVCC_FLAG_WARNING = "nvcc-only flag; torch_musa compiles with mcc (clang-based; arch flag --offload-arch=mp_XX)"
-
-_CPP_TOKEN = re.compile(
-    r"(?P<lead>^[ \t]*\#[ \t]*include[ \t]*)(?P<open>[<\"])(?P<path>[^>\"\n]+)[>\"]"
-    r"|(?<!\w)(?P<ns>at|c10|torch)\s*::\s*cuda\s*::\s*(?P<member>[A-Za-z_]\w*)"
-    r"|(?<!\w)(?P<devtype>DeviceType\s*::\s*)CUDA(?!\w)"
-    r"|(?<!\w)(?P<ident>[A-Za-z_]\w*)",
-    re.M,
-)
 
 
 @dataclass(frozen=True)
@@ -251,11 +126,11 @@ def _escape_view(text: str) -> str:
 
 
 def _map_identifier(name: str) -> tuple[str, str] | None:
-    if name in _IDENTS:
-        return _IDENTS[name]
-    if name in _CUDA_RUNTIME_NAMES:
+    if name in IDENTS:
+        return IDENTS[name]
+    if name in CUDA_RUNTIME_NAMES:
         return "musa" + name[4:], "runtime-api"
-    for pattern, repl, rule in _PREFIXES:
+    for pattern, repl, rule in PREFIXES:
         m = pattern.match(name)
         if m:
             return repl + name[m.end() :], rule
@@ -266,9 +141,9 @@ def _port_identifier(name: str, offset: int, ctx: _Ctx) -> str:
     mapped = _map_identifier(name)
     if mapped is not None:
         if mapped[1] == "dnn":
-            ctx.warn(offset, name, _DNN_WARNING)
+            ctx.warn(offset, name, DNN_WARNING)
         return ctx.rewrite(mapped[1], name, mapped[0])
-    for pattern, reason in _IDENT_WARN:
+    for pattern, reason in IDENT_WARN:
         if pattern.match(name):
             ctx.warn(offset, name, reason)
             break
@@ -276,9 +151,9 @@ def _port_identifier(name: str, offset: int, ctx: _Ctx) -> str:
 
 
 def _port_include(lead: str, opener: str, path: str, offset: int, ctx: _Ctx) -> str | None:
-    mapped = _INCLUDES.get(path.strip())
+    mapped = INCLUDES.get(path.strip())
     if mapped is None:
-        if _INCLUDE_WARN.match(path.strip()):
+        if INCLUDE_WARN.match(path.strip()):
             ctx.warn(offset, path.strip(), "CUDA header with no verified MUSA/torch_musa equivalent")
         return None
     new, quoted = mapped
@@ -288,7 +163,7 @@ def _port_include(lead: str, opener: str, path: str, offset: int, ctx: _Ctx) -> 
 
 def _port_qualified(ns: str, member: str, ctx: _Ctx) -> str:
     new_member = (_map_identifier(member) or (member, ""))[0]
-    new_ns = "c10" if new_member in _C10_MUSA_SYMBOLS else ns
+    new_ns = "c10" if new_member in C10_MUSA_SYMBOLS else ns
     return ctx.rewrite("torch-namespace", f"{ns}::cuda::{member}", f"{new_ns}::musa::{new_member}")
 
 
@@ -296,7 +171,7 @@ def _port_cpp(text: str, ctx: _Ctx, base: int = 0) -> str:
     """Port C++/CUDA text; ``base`` is its offset in the whole input (for warning line numbers)."""
     out: list[str] = []
     last = 0
-    for m in _CPP_TOKEN.finditer(_escape_view(text)):
+    for m in CPP_TOKEN.finditer(_escape_view(text)):
         start, end = m.span()
 
         def grp(name: str, m: re.Match[str] = m) -> str:  # groups from the original, not the escape view
@@ -347,8 +222,8 @@ def _string_edit(tok: tokenize.TokenInfo, prev: tokenize.TokenInfo | None, text:
         ctx.rewrite("device-string", '"cuda"', '"musa"')
         return body_start, body_start + 4, "musa"
     if "\n" not in body:
-        for flag in _NVCC_FLAG.findall(body):
-            ctx.warn(body_start, flag, _NVCC_FLAG_WARNING)
+        for flag in NVCC_FLAG.findall(body):
+            ctx.warn(body_start, flag, NVCC_FLAG_WARNING)
     new = _port_cpp(body, ctx, body_start)
     return (body_start, body_start + len(body), new) if new != body else None
 
@@ -360,14 +235,14 @@ def _name_edit(toks: list[tokenize.TokenInfo], i: int, ctx: _Ctx) -> str | None:
     if prev == "." and prev2 == "backends" and name in ("cuda", "cudnn"):
         ctx.warn(offset, f"torch.backends.{name}", "no verified torch_musa equivalent; remove or guard it")
         return None
-    if prev == "." and name in _PY_ATTRS:
+    if prev == "." and name in PY_ATTRS:
         ctx.device_used = True
         qual = "torch." if prev2 == "torch" else "."
-        ctx.rewrite("python-device-api", qual + name, qual + _PY_ATTRS[name])
-        return _PY_ATTRS[name]
-    if name in _PY_LOADER_NAMES:
+        ctx.rewrite("python-device-api", qual + name, qual + PY_ATTRS[name])
+        return PY_ATTRS[name]
+    if name in PY_LOADER_NAMES:
         ctx.device_used = True
-        return ctx.rewrite("loader-arg", name, _PY_LOADER_NAMES[name])
+        return ctx.rewrite("loader-arg", name, PY_LOADER_NAMES[name])
     return None
 
 
@@ -377,7 +252,7 @@ def _import_edits(toks: list[tokenize.TokenInfo], all_toks: list[tokenize.TokenI
     words = [t.string for t in toks]
     for i in range(len(toks)):
         if words[i : i + 5] == ["torch", ".", "utils", ".", "cpp_extension"]:
-            edits.append((ctx.offset(*toks[i].start), ctx.offset(*toks[i + 4].end), _MUSA_EXTENSION))
+            edits.append((ctx.offset(*toks[i].start), ctx.offset(*toks[i + 4].end), MUSA_EXTENSION))
         elif words[i : i + 6] == ["from", "torch", ".", "utils", "import", "cpp_extension"]:
             nxt = all_toks[all_toks.index(toks[i + 5]) + 1].string
             if nxt == ",":
@@ -389,7 +264,7 @@ def _import_edits(toks: list[tokenize.TokenInfo], all_toks: list[tokenize.TokenI
         else:
             continue
         ctx.device_used = True
-        ctx.rewrite("loader-import", "torch.utils.cpp_extension", _MUSA_EXTENSION)
+        ctx.rewrite("loader-import", "torch.utils.cpp_extension", MUSA_EXTENSION)
     return edits
 
 

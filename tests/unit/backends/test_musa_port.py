@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from musaenv import _env
-from musaenv.backends import musa_port
+from musaenv.backends import musa_port, musa_tables
 from musaenv.backends.musa_port import add_port_subparser, main, port_file, port_source
 from musaenv.errors import ConfigError
 
@@ -170,4 +170,4 @@ def test_runtime_name_list_only_holds_real_cuda_names() -> None:
     assert home is not None
     headers = "".join(p.read_text(errors="ignore") for p in (home / "include").rglob("*.h"))
     known = set(re.findall(r"\bcuda[A-Z]\w*", headers))
-    assert sorted(musa_port._CUDA_RUNTIME_NAMES - known) == []
+    assert sorted(musa_tables.CUDA_RUNTIME_NAMES - known) == []
