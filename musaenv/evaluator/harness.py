@@ -118,10 +118,15 @@ def find_aliasing(outputs: Sequence[Any], inputs: Sequence[Any]) -> list[str]:
 
 @dataclass
 class DrawnInputs:
-    """Inputs drawn ahead of time: per correctness trial, and the timing pool (``None``: not timed)."""
+    """Inputs drawn ahead of time: per (shape index, seed) of a trial, and the timing pool (``None``: not timed)."""
 
-    trials: list[list[Any]]
+    trials: dict[tuple[int, int], list[Any]]
     pool: list[list[Any]] | None
+
+    def trial_inputs(self, program: ProgramModule, shape_index: int, seed: int) -> list[Any]:
+        """The drawn inputs of this trial, or freshly drawn ones when it was not drawn ahead (shape applied)."""
+        drawn = self.trials.get((shape_index, seed))
+        return drawn if drawn is not None else program.inputs(seed)
 
 
 def draw_inputs(req: dict[str, Any], program: ProgramModule) -> DrawnInputs:
@@ -130,10 +135,11 @@ def draw_inputs(req: dict[str, Any], program: ProgramModule) -> DrawnInputs:
     Drawing is a large part of an evaluation (16 timing inputs of 8 MB take ~0.25 s here); done while the
     evaluation does not hold the device, it overlaps other evaluations' runs instead of serialising with them.
     """
-    trials = []
+    trials = {}
     for trial in req["trials"]:
-        program.apply_shape(req["shapes"][int(trial["shape_index"])])
-        trials.append(program.inputs(int(trial["seed"])))
+        key = (int(trial["shape_index"]), int(trial["seed"]))
+        program.apply_shape(req["shapes"][key[0]])
+        trials[key] = program.inputs(key[1])
     pool = None
     if req.get("timing"):
         t = req["timing"]

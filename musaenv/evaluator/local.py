@@ -32,6 +32,14 @@ log = logging.getLogger(__name__)
 WORKER_START_TIMEOUT_S = 180.0
 
 
+def _recheck_calls(plan: EvalPlan, run: CandidateRun) -> list[int]:
+    """The plan's rechecked timed calls plus the last call that ran (its index is known only after the run)."""
+    samples = run.timing[0].get("samples_ms") if run.timing is not None else None
+    if not isinstance(samples, list) or not samples:
+        return list(plan.keep)
+    return sorted({*plan.keep, len(samples) - 1})
+
+
 class LocalEvaluator:
     """Evaluate candidates on this machine.
 
@@ -167,13 +175,11 @@ class LocalEvaluator:
         if run.failure is None and not run.compile_only:
             try:
                 # On the CPU an untimed reference run (its timing is cached) needs no exclusive device.
-                timed = self.backend.device != "cpu" or self._reference.needs_timing(
-                    task, plan, self._timing_request(plan)
-                )
+                timing = self._timing_request(plan)
+                timed = self.backend.device != "cpu" or self._reference.needs_timing(task, plan, timing)
+                limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
                 with (self._device_slot if timed else None) or nullcontext():
-                    ref = self._reference.run(
-                        task, plan, self._timing_request(plan), self.config.run_timeout_s + self.config.timing_timeout_s
-                    )
+                    ref = self._reference.run(task, plan, timing, limit_s, _recheck_calls(plan, run))
             except ReferenceError_ as e:
                 return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
         result = judge(

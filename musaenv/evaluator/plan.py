@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ class EvalPlan:
         trials: (shape index, input seed) per correctness trial.
         timing_seed: Timed call ``i`` uses inputs drawn with ``timing_seed + i % timing_pool``.
         timing_pool: Number of distinct timing inputs.
-        keep: Timed call indices whose outputs are rechecked.
+        keep: Timed call indices whose outputs are rechecked (the last timed call is rechecked as well).
     """
 
     shapes: tuple[Shape, ...]
@@ -35,9 +36,9 @@ class EvalPlan:
     timing_pool: int
     keep: tuple[int, ...]
 
-    def recheck_trials(self) -> list[tuple[int, int]]:
-        """Reference trials that reproduce the inputs of the rechecked timed calls."""
-        return [(0, self.timing_seed + i % self.timing_pool) for i in self.keep]
+    def recheck_trials(self, calls: Sequence[int] | None = None) -> list[tuple[int, int]]:
+        """Reference trials that reproduce the inputs of the rechecked timed calls (default: ``keep``)."""
+        return [(0, self.timing_seed + i % self.timing_pool) for i in (self.keep if calls is None else calls)]
 
     def trials_json(self, extra: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
         """Trials as the worker protocol expects them."""

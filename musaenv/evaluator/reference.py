@@ -11,6 +11,7 @@ import json
 import logging
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -44,11 +45,15 @@ class ReferenceError_(Exception):
 
 @dataclass
 class RefOutputs:
-    """Reference results for one plan: per-trial outputs (arrays, dtypes), recheck outputs, timing."""
+    """Reference results for one plan: per-trial outputs (arrays, dtypes), recheck outputs, timing.
+
+    ``recheck_calls`` are the timed-call indices the ``rechecks`` reproduce, in order.
+    """
 
     trials: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
     rechecks: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
     timing: TimingStats | None = None
+    recheck_calls: list[int] = field(default_factory=list)
 
 
 def recv_before(worker: WorkerProcess, deadline: float) -> tuple[dict[str, Any], list[np.ndarray]] | None:
@@ -138,11 +143,22 @@ class ReferenceService:
             raise ReferenceError_(f"the reference worker did not start:\n{tail}")
         return self._worker
 
-    def run(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float) -> RefOutputs:
-        """Compute reference outputs (and timing, unless cached); retries once on a dead worker."""
+    def run(
+        self,
+        task: Task,
+        plan: EvalPlan,
+        timing_cfg: dict[str, Any] | None,
+        timeout_s: float,
+        recheck_calls: Sequence[int] | None = None,
+    ) -> RefOutputs:
+        """Compute reference outputs (and timing, unless cached); retries once on a dead worker.
+
+        ``recheck_calls``: timed calls whose outputs are rechecked (default: the plan's ``keep``).
+        """
+        calls = list(plan.keep if recheck_calls is None else recheck_calls)
         for attempt in (1, 2):
             try:
-                return self._run_once(task, plan, timing_cfg, timeout_s)
+                return self._run_once(task, plan, timing_cfg, timeout_s, calls)
             except (EOFError, ProtocolError, OSError, TimeoutError) as e:
                 log.warning("reference worker failed (attempt %d): %s", attempt, e)
                 if self._worker is not None:
@@ -151,7 +167,9 @@ class ReferenceService:
                 err = e
         raise ReferenceError_(f"reference computation failed twice: {err}")
 
-    def _request(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> dict[str, Any]:
+    def _request(
+        self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, calls: Sequence[int] | None = None
+    ) -> dict[str, Any]:
         cached = self.cached_timing(task, plan) if timing_cfg else None
         return {
             "type": "reference",
@@ -161,7 +179,7 @@ class ReferenceService:
             "init_seed": plan.init_seed,
             "device": self.device,
             "cpu_threads": self.cpu_threads,
-            "trials": plan.trials_json(plan.recheck_trials()),
+            "trials": plan.trials_json(plan.recheck_trials(calls)),
             "timing": timing_cfg if (timing_cfg and cached is None) else None,
             "draw_id": _draw_id(task, plan),
         }
@@ -183,12 +201,14 @@ class ReferenceService:
         except (ReferenceError_, OSError) as e:
             log.debug("reference inputs not drawn ahead: %s", e)
 
-    def _run_once(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float) -> RefOutputs:
+    def _run_once(
+        self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float, calls: list[int]
+    ) -> RefOutputs:
         worker = self._ensure_worker()
-        req = self._request(task, plan, timing_cfg)
+        req = self._request(task, plan, timing_cfg, calls)
         cached = self.cached_timing(task, plan) if timing_cfg and not req["timing"] else None
         worker.chan.send(req)
-        out = RefOutputs(timing=cached)
+        out = RefOutputs(timing=cached, recheck_calls=calls)
         collected: list[tuple[list[np.ndarray], list[str]]] = []
         deadline = time.monotonic() + timeout_s
         while True:

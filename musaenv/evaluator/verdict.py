@@ -55,6 +55,11 @@ def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bo
     if run.timing is None or not ref.rechecks:
         return True
     msg, arrays = run.timing
+    try:
+        if [int(k) for k in msg.get("kept", [])] != list(ref.recheck_calls):
+            return False  # the worker must return exactly the calls the parent rechecks, the last one included
+    except (TypeError, ValueError):
+        return False
     counts = [int(c) for c in msg.get("kept_counts", [])]
     pos = 0
     for (rarr, _), n in zip(ref.rechecks, counts):

@@ -123,7 +123,8 @@ def run_trials(
             init = program.init_inputs(req["init_seed"])
             seed_all(req["init_seed"] + 1)
             models[k] = model_cls(*init).to(device)
-        raw = drawn.trials[index] if drawn is not None else program.inputs(int(trial["seed"]))
+        seed = int(trial["seed"])
+        raw = drawn.trial_inputs(program, k, seed) if drawn is not None else program.inputs(seed)
         inputs = to_device(raw, device)
         private = clone_args(inputs) if guarded else inputs
         if probe is not None:
@@ -153,7 +154,8 @@ def _runtime_extras(
 
     def make_args() -> list[Any]:
         program.apply_shape(req["shapes"][k])
-        raw = drawn.trials[0] if drawn is not None else program.inputs(int(first["seed"]))
+        seed = int(first["seed"])
+        raw = drawn.trial_inputs(program, k, seed) if drawn is not None else program.inputs(seed)
         return clone_args(to_device(raw, device))
 
     report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array)

@@ -76,8 +76,8 @@ def time_forward(
 ) -> TimedRun:
     """Time ``fn`` on ``repeats`` calls; call ``i`` uses a clone of ``inputs[i % len(inputs)]``.
 
-    ``keep`` lists call indices whose outputs are returned for a recheck. At least 3 calls are timed even
-    when ``max_time_s`` runs out earlier.
+    ``keep`` lists call indices whose outputs are returned for a recheck; the last call's output is returned too.
+    At least 3 calls are timed even when ``max_time_s`` runs out earlier.
     """
     flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
     for i in range(warmup):
@@ -107,4 +107,6 @@ def time_forward(
             kept[i] = out
         if i >= 2 and time.perf_counter() > deadline and not any(k > i for k in keep):
             break
+    if samples:
+        kept.setdefault(len(samples) - 1, out)  # the last timed call is always rechecked (late cheats)
     return TimedRun(samples, host, kept)

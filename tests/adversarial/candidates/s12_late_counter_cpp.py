@@ -1,0 +1,17 @@
+"""S12, late: honest through the trials, the warm-up and the first three timed calls, zeros from then on.
+
+With 5 timed calls and 2 of them drawn for the recheck, a drawn pair missed both late calls 3 times in 10; the
+last timed call is now always rechecked.
+"""
+
+from adversarial import ext
+
+HONEST_CALLS = 11  # 5 trials + the runtime repeat and perturbed run + 1 warm-up + 3 timed calls
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return ext.relu_counted(x, HONEST_CALLS)
