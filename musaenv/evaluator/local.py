@@ -32,12 +32,16 @@ log = logging.getLogger(__name__)
 WORKER_START_TIMEOUT_S = 180.0
 
 
-def _recheck_calls(plan: EvalPlan, run: CandidateRun) -> list[int]:
-    """The plan's rechecked timed calls plus the last call that ran (its index is known only after the run)."""
+def _checked_calls(plan: EvalPlan, run: CandidateRun) -> tuple[list[int], list[int]]:
+    """Timed calls to recheck in full (the plan's, plus the last one that ran) and to probe by fingerprint.
+
+    Both depend on how many calls ran, known only now; the probes come from a seed the worker never saw.
+    """
     samples = run.timing[0].get("samples_ms") if run.timing is not None else None
     if not isinstance(samples, list) or not samples:
-        return list(plan.keep)
-    return sorted({*plan.keep, len(samples) - 1})
+        return list(plan.keep), []
+    kept = sorted({*plan.keep, len(samples) - 1})
+    return kept, plan.probe_calls(len(samples), kept)
 
 
 class LocalEvaluator:
@@ -179,7 +183,7 @@ class LocalEvaluator:
                 timed = self.backend.device != "cpu" or self._reference.needs_timing(task, plan, timing)
                 limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
                 with (self._device_slot if timed else None) or nullcontext():
-                    ref = self._reference.run(task, plan, timing, limit_s, _recheck_calls(plan, run))
+                    ref = self._reference.run(task, plan, timing, limit_s, *_checked_calls(plan, run))
             except ReferenceError_ as e:
                 return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
         result = judge(

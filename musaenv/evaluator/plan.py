@@ -14,6 +14,10 @@ from musaenv.tasks.task import Shape, Task
 __all__ = ["EvalPlan", "make_plan"]
 
 RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
+# Further timed calls, picked after the run, whose output fingerprints are checked. Each costs the reference a
+# draw and a forward (~15 ms on l1_relu's CPU tier); two catch a cheat that fakes half of the 17 unchecked calls
+# of 20 (enough to move the median) 79 % of the time; of 5 timed calls at most one is left unchecked.
+PROBE_CALLS = 2
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class EvalPlan:
         timing_seed: Timed call ``i`` uses inputs drawn with ``timing_seed + i % timing_pool``.
         timing_pool: Number of distinct timing inputs.
         keep: Timed call indices whose outputs are rechecked (the last timed call is rechecked as well).
+        probe_seed: Picks, after the run, the timed calls whose output fingerprints are checked; never sent to
+            the worker, so the candidate cannot know which calls will be looked at.
     """
 
     shapes: tuple[Shape, ...]
@@ -35,6 +41,15 @@ class EvalPlan:
     timing_seed: int
     timing_pool: int
     keep: tuple[int, ...]
+    probe_seed: int = 0
+
+    def probe_calls(self, n_calls: int, exclude: Sequence[int], count: int = PROBE_CALLS) -> list[int]:
+        """Up to ``count`` of the ``n_calls`` timed calls, outside ``exclude``, drawn from ``probe_seed``."""
+        pool = [i for i in range(n_calls) if i not in set(exclude)]
+        if not pool:
+            return []
+        rng = np.random.default_rng(np.random.SeedSequence(self.probe_seed))
+        return sorted(int(i) for i in rng.choice(pool, size=min(count, len(pool)), replace=False))
 
     def recheck_trials(self, calls: Sequence[int] | None = None) -> list[tuple[int, int]]:
         """Reference trials that reproduce the inputs of the rechecked timed calls (default: ``keep``)."""
@@ -56,4 +71,5 @@ def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
     pool = max(1, min(timing.repeats, 16))
     span = max(1, min(timing.repeats, 10))
     keep = tuple(sorted({int(x) for x in rng.choice(span, size=min(RECHECK_CALLS, span), replace=False)}))
-    return EvalPlan(shapes, draws[-2], trials, draws[-1], pool, keep if timing.enabled else ())
+    probe_seed = int(rng.integers(0, 2**31 - 1))
+    return EvalPlan(shapes, draws[-2], trials, draws[-1], pool, keep if timing.enabled else (), probe_seed)

@@ -47,13 +47,15 @@ class ReferenceError_(Exception):
 class RefOutputs:
     """Reference results for one plan: per-trial outputs (arrays, dtypes), recheck outputs, timing.
 
-    ``recheck_calls`` are the timed-call indices the ``rechecks`` reproduce, in order.
+    ``rechecks`` reproduce the timed calls ``recheck_calls`` (compared in full), then ``probe_calls`` (compared
+    with the worker's output fingerprints), in that order.
     """
 
     trials: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
     rechecks: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
     timing: TimingStats | None = None
     recheck_calls: list[int] = field(default_factory=list)
+    probe_calls: list[int] = field(default_factory=list)
 
 
 def recv_before(worker: WorkerProcess, deadline: float) -> tuple[dict[str, Any], list[np.ndarray]] | None:
@@ -150,15 +152,19 @@ class ReferenceService:
         timing_cfg: dict[str, Any] | None,
         timeout_s: float,
         recheck_calls: Sequence[int] | None = None,
+        probe_calls: Sequence[int] = (),
     ) -> RefOutputs:
         """Compute reference outputs (and timing, unless cached); retries once on a dead worker.
 
-        ``recheck_calls``: timed calls whose outputs are rechecked (default: the plan's ``keep``).
+        ``recheck_calls``: timed calls whose outputs are rechecked (default: the plan's ``keep``);
+        ``probe_calls``: timed calls whose fingerprints are checked (reference outputs after the rechecks').
         """
         calls = list(plan.keep if recheck_calls is None else recheck_calls)
         for attempt in (1, 2):
             try:
-                return self._run_once(task, plan, timing_cfg, timeout_s, calls)
+                out = self._run_once(task, plan, timing_cfg, timeout_s, calls + list(probe_calls))
+                out.recheck_calls, out.probe_calls = calls, list(probe_calls)
+                return out
             except (EOFError, ProtocolError, OSError, TimeoutError) as e:
                 log.warning("reference worker failed (attempt %d): %s", attempt, e)
                 if self._worker is not None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.types import EvalResult, Stage, TimingStats
-from musaenv.verification.compare import compare_outputs, trivial_output_passes
+from musaenv.verification.compare import compare_outputs, fingerprint_matches, trivial_output_passes
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
 __all__ = ["judge"]
@@ -51,22 +51,32 @@ def _compare_trials(
 
 
 def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bool:
-    """True when the kept timed outputs match the reference for the same inputs."""
+    """True when the kept timed outputs match the reference for the same inputs, and the probed calls'
+    fingerprints are consistent with it."""
     if run.timing is None or not ref.rechecks:
         return True
     msg, arrays = run.timing
     try:
         if [int(k) for k in msg.get("kept", [])] != list(ref.recheck_calls):
             return False  # the worker must return exactly the calls the parent rechecks, the last one included
+        counts = [int(c) for c in msg.get("kept_counts", [])]
     except (TypeError, ValueError):
         return False
-    counts = [int(c) for c in msg.get("kept_counts", [])]
+    n_kept = len(ref.recheck_calls)
+    if len(counts) != n_kept:
+        return False
     pos = 0
-    for (rarr, _), n in zip(ref.rechecks, counts):
+    for (rarr, _), n in zip(ref.rechecks[:n_kept], counts):
         if not compare_outputs(arrays[pos : pos + n], rarr, atol, rtol).passed:
             return False
         pos += n
-    return len(counts) == len(ref.rechecks)
+    prints = msg.get("fingerprints")
+    for (rarr, _), call in zip(ref.rechecks[n_kept:], ref.probe_calls):
+        if not isinstance(prints, list) or not 0 <= call < len(prints):
+            return False
+        if not fingerprint_matches(prints[call], rarr, atol, rtol):
+            return False
+    return True
 
 
 def judge(

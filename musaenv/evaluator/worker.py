@@ -204,6 +204,7 @@ def run_timing(
             "host_ms": run.host_samples_ms,
             "kept": kept_idx,
             "kept_counts": counts,
+            "fingerprints": run.fingerprints,
         },
         arrays,
     )

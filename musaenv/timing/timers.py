@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-__all__ = ["DeviceClock", "TimedRun", "clone_args", "time_forward"]
+__all__ = ["DeviceClock", "TimedRun", "clone_args", "output_fingerprint", "time_forward"]
 
 
 def clone_args(args: Sequence[Any]) -> list[Any]:
@@ -56,11 +56,27 @@ class TimedRun:
         samples_ms: Per-call times (device events on GPUs, host time around synchronised calls on the CPU).
         host_samples_ms: Synchronised host wall time per call (cross-checks device events against side streams).
         kept_outputs: Outputs of the calls whose index was asked for (for a correctness recheck).
+        fingerprints: Per timed call, ``[sum, sum of squares]`` of each tensor output (taken after the call's
+            clock stopped), so the parent can check calls it picks only after the run.
     """
 
     samples_ms: list[float]
     host_samples_ms: list[float]
     kept_outputs: dict[int, Any]
+    fingerprints: list[list[list[float]]] = field(default_factory=list)
+
+
+def output_fingerprint(out: Any) -> list[list[float]]:
+    """``[sum, sum of squares]`` of each tensor in ``out`` (a tensor, or a tuple/list of them), as floats."""
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    prints = []
+    for t in items:
+        if type(t) is not torch.Tensor:
+            continue
+        x = t.detach()
+        x = torch.view_as_real(x) if x.is_complex() else x if x.is_floating_point() else x.double()
+        prints.append([float(x.sum()), float(torch.linalg.vector_norm(x)) ** 2])
+    return prints
 
 
 def time_forward(
@@ -86,6 +102,7 @@ def time_forward(
     samples: list[float] = []
     host: list[float] = []
     kept: dict[int, Any] = {}
+    prints: list[list[list[float]]] = []
     deadline = time.perf_counter() + max_time_s
     for i in range(repeats):
         args = clone_args(inputs[i % len(inputs)])
@@ -105,8 +122,9 @@ def time_forward(
         samples.append(events[0].elapsed_time(events[1]) if events is not None else host[-1])
         if i in keep:
             kept[i] = out
+        prints.append(output_fingerprint(out))
         if i >= 2 and time.perf_counter() > deadline and not any(k > i for k in keep):
             break
     if samples:
         kept.setdefault(len(samples) - 1, out)  # the last timed call is always rechecked (late cheats)
-    return TimedRun(samples, host, kept)
+    return TimedRun(samples, host, kept, prints)

@@ -6,12 +6,13 @@ itself is non-finite the candidate must match it exactly.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TrialComparison", "compare_outputs", "trivial_output_passes"]
+__all__ = ["TrialComparison", "compare_outputs", "fingerprint_matches", "trivial_output_passes"]
 
 
 @dataclass(frozen=True)
@@ -130,5 +131,39 @@ def trivial_output_passes(ref: Sequence[np.ndarray], atol: float, rtol: float) -
         for c in _finite_chunks(r):
             total, count = total + float(c.sum()), count + c.size
         if count and not _constant_passes(r, total / count, atol, rtol):
+            return False
+    return True
+
+
+def fingerprint_matches(prints: object, ref: Sequence[np.ndarray], atol: float, rtol: float) -> bool:
+    """Could outputs whose ``[sum, sum of squares]`` are ``prints`` be within tolerance of ``ref``?
+
+    Elementwise ``|c - r| <= e`` with ``e = atol + rtol * |r|`` implies ``|sum c - sum r| <= sum e`` and
+    ``|sum c^2 - sum r^2| <= sum (2 |r| e + e^2)``, so an honest output always passes; zeros, a stale or a
+    shifted output fail unless they happen to keep both sums. A slack of 1e-5 relative covers the worker's
+    float32 accumulation. Outputs whose reference has NaN/Inf are left to the trials.
+    """
+    if not isinstance(prints, list) or len(prints) != len(ref):
+        return False
+    for fp, r in zip(prints, ref):
+        try:
+            s_c, q_c = float(fp[0]), float(fp[1])
+        except (TypeError, ValueError, IndexError, KeyError):
+            return False
+        flat = (r.view(r.real.dtype) if np.iscomplexobj(r) else r).reshape(-1)
+        stats = np.zeros(5)  # sum r, sum r^2, sum e, sum (2|r|e + e^2), sum |r|
+        for lo in range(0, flat.size, _CHUNK):  # chunked like _tally: the float64 temporaries stay in cache
+            c = flat[lo : lo + _CHUNK].astype(np.float64)
+            a = np.abs(c)
+            e = atol + rtol * a
+            stats += (c.sum(), (c * c).sum(), e.sum(), (e * (2 * a + e)).sum(), a.sum())
+        if not np.isfinite(stats).all():
+            continue  # NaN/Inf in the reference: the trials judge those outputs
+        if not (math.isfinite(s_c) and math.isfinite(q_c)):
+            return False
+        s_r, q_r = float(stats[0]), float(stats[1])
+        bound_s = float(stats[2]) + 1e-5 * float(stats[4]) + 1e-6
+        bound_q = float(stats[3]) + 1e-5 * q_r + 1e-6
+        if abs(s_c - s_r) > bound_s or abs(q_c - q_r) > bound_q:
             return False
     return True

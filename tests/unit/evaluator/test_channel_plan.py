@@ -60,3 +60,16 @@ def test_plan_is_seeded_and_covers_every_shape():
     assert {k for k, _ in a.trials} == set(range(len(task.shapes_for("cpu"))))
     assert len({s for _, s in a.trials}) == 5  # fresh inputs every trial
     assert all(i < 10 for i in a.keep) and len(a.recheck_trials()) == len(a.keep)
+
+
+def test_probe_calls_are_seeded_disjoint_from_the_rechecked_ones_and_cover_short_runs():
+    task = get_task("l1_relu")
+    plan = make_plan(task, "cpu", EvalConfig(timing=TimingConfig(repeats=20)), 3)
+    kept = sorted({*plan.keep, 19})
+    probes = plan.probe_calls(20, kept)
+    assert len(probes) == 2 and not set(probes) & set(kept) and all(0 <= p < 20 for p in probes)
+    assert probes == plan.probe_calls(20, kept)  # a function of the plan's secret seed
+    for seed in range(20):  # 5 timed calls (the test suites' timing): at most one is left unchecked
+        short = make_plan(task, "cpu", EvalConfig(timing=TimingConfig(repeats=5)), seed)
+        kept = sorted({*short.keep, 4})
+        assert len(set(kept) | set(short.probe_calls(5, kept))) >= 4

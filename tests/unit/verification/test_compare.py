@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from musaenv.verification.compare import compare_outputs, trivial_output_passes
+from musaenv.verification.compare import compare_outputs, fingerprint_matches, trivial_output_passes
 
 R = np.array([1.0, -2.0, 3.0], dtype=np.float32)
 
@@ -39,3 +39,29 @@ def test_shape_dtype_and_count_mismatches():
 def test_trivial_output_guard():
     assert trivial_output_passes([np.full(4, 1e-6)], 1e-4, 1e-4)
     assert not trivial_output_passes([R], 1e-4, 1e-4)
+
+
+def _prints(*arrays: np.ndarray) -> list[list[float]]:
+    return [[float(a.astype(np.float64).sum()), float((a.astype(np.float64) ** 2).sum())] for a in arrays]
+
+
+def test_fingerprints_of_outputs_within_tolerance_always_match() -> None:
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((64, 257)).astype(np.float32)
+    atol = rtol = 1e-4
+    worst = (ref + np.sign(rng.standard_normal(ref.shape)) * 0.99 * (atol + rtol * np.abs(ref))).astype(np.float32)
+    assert compare_outputs([worst], [ref], atol, rtol).passed
+    assert fingerprint_matches(_prints(worst), [ref], atol, rtol)
+    ints = rng.integers(-5, 5, size=100)
+    assert fingerprint_matches(_prints(ints), [ints], 0.0, 0.0)
+
+
+def test_fingerprints_of_wrong_outputs_do_not_match() -> None:
+    rng = np.random.default_rng(1)
+    ref = np.maximum(rng.standard_normal((64, 257)), 0).astype(np.float32)
+    stale = np.maximum(rng.standard_normal((64, 257)), 0).astype(np.float32)  # right distribution, other input
+    for wrong in (np.zeros_like(ref), stale, ref * 1.01, ref[::-1] * -1):
+        assert not fingerprint_matches(_prints(wrong), [ref], 1e-4, 1e-4)
+    assert not fingerprint_matches(_prints(ref, ref), [ref], 1e-4, 1e-4)  # wrong number of outputs
+    assert not fingerprint_matches([[float("nan"), 1.0]], [ref], 1e-4, 1e-4)
+    assert not fingerprint_matches("forged", [ref], 1e-4, 1e-4)
