@@ -118,15 +118,29 @@ def find_aliasing(outputs: Sequence[Any], inputs: Sequence[Any]) -> list[str]:
 
 @dataclass
 class DrawnInputs:
-    """Inputs drawn ahead of time: per (shape index, seed) of a trial, and the timing pool (``None``: not timed)."""
+    """Inputs drawn ahead of time: per (shape index, seed) of a trial, and the timing pool (``None``: not drawn).
+
+    What was not drawn ahead is drawn on request, so an empty instance (:meth:`nothing`) draws everything late.
+    """
 
     trials: dict[tuple[int, int], list[Any]]
     pool: list[list[Any]] | None
 
+    @classmethod
+    def nothing(cls) -> DrawnInputs:
+        """Nothing drawn ahead (GPU tiers: inputs are drawn when needed, then moved to the device)."""
+        return cls({}, None)
+
     def trial_inputs(self, program: ProgramModule, shape_index: int, seed: int) -> list[Any]:
-        """The drawn inputs of this trial, or freshly drawn ones when it was not drawn ahead (shape applied)."""
+        """This trial's inputs (the shape must be applied already)."""
         drawn = self.trials.get((shape_index, seed))
         return drawn if drawn is not None else program.inputs(seed)
+
+    def pool_inputs(self, program: ProgramModule, timing: dict[str, Any]) -> list[list[Any]]:
+        """The timing pool (the timing shape must be applied already)."""
+        if self.pool is not None:
+            return self.pool
+        return [program.inputs(int(timing["seed"]) + i) for i in range(int(timing["pool"]))]
 
 
 def draw_inputs(req: dict[str, Any], program: ProgramModule) -> DrawnInputs:
@@ -142,7 +156,6 @@ def draw_inputs(req: dict[str, Any], program: ProgramModule) -> DrawnInputs:
         trials[key] = program.inputs(key[1])
     pool = None
     if req.get("timing"):
-        t = req["timing"]
         program.apply_shape(req["shapes"][0])
-        pool = [program.inputs(int(t["seed"]) + i) for i in range(int(t["pool"]))]
+        pool = DrawnInputs.nothing().pool_inputs(program, req["timing"])
     return DrawnInputs(trials, pool)

@@ -168,8 +168,9 @@ class LocalEvaluator:
         if isinstance(static, EvalResult):
             return static.replace(task_id=task.id, backend=self.backend.name)
         plan = make_plan(task, self.tier, self.config, seed)
+        timing = self._timing_request(plan)
         if not self.backend.compile_only:
-            self._reference.prepare(task, plan, self._timing_request(plan))  # its inputs drawn while the candidate runs
+            self._reference.prepare(task, plan, timing)  # its inputs drawn while the candidate runs
         try:
             run = self._run_candidate(task, ext.code, plan)
         except RuntimeError as e:
@@ -179,7 +180,6 @@ class LocalEvaluator:
         if run.failure is None and not run.compile_only:
             try:
                 # On the CPU an untimed reference run (its timing is cached) needs no exclusive device.
-                timing = self._timing_request(plan)
                 timed = self.backend.device != "cpu" or self._reference.needs_timing(task, plan, timing)
                 limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
                 with (self._device_slot if timed else None) or nullcontext():

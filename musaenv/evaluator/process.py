@@ -17,6 +17,7 @@ from typing import IO
 from musaenv import _env
 from musaenv.evaluator.channel import Channel, ProtocolError
 from musaenv.evaluator.forkserver import ForkServer, ForkServerError
+from musaenv.evaluator.proctree import kill_tree, start_time
 
 __all__ = ["WorkerProcess", "worker_env"]
 
@@ -28,15 +29,6 @@ def worker_env(cpu_threads: int, extra_env: dict[str, str] | None = None) -> dic
     env = _env.child_env(cpu_threads)
     env.update(extra_env or {})
     return env
-
-
-def _start_time(pid: int) -> str | None:
-    """Field 22 of ``/proc/<pid>/stat``: tells a process apart from a later one that reuses its pid."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()[19]
 
 
 def _start_interpreter(
@@ -83,7 +75,7 @@ class WorkerProcess:
             if fork_server is not None:
                 try:
                     self.pid = fork_server.spawn(role, cr, cw, self._log.fileno(), str(self.workdir))
-                    self._server, self._birth = fork_server, _start_time(self.pid)
+                    self._server, self._birth = fork_server, start_time(self.pid)
                 except ForkServerError as e:
                     log.warning("fork server failed (%s); starting a fresh worker interpreter instead", e)
             if self._server is None:
@@ -117,7 +109,7 @@ class WorkerProcess:
             return 1
 
     def _same_process(self) -> bool:
-        birth = _start_time(self.pid)
+        birth = start_time(self.pid)
         return birth is not None and birth == self._birth
 
     def wait_ready(self, timeout_s: float) -> bool:
@@ -161,8 +153,6 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """Kill the worker and everything it started (its session and any escaped descendants)."""
-        from musaenv.evaluator.proctree import kill_tree
-
         if self._server is not None:
             # While the server lives the pid stays reserved (unreaped) until released; otherwise check identity.
             if self._server.alive or self._same_process():

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["descendants", "kill_tree", "open_inet_sockets", "thread_count"]
+__all__ = ["descendants", "kill_tree", "open_inet_sockets", "start_time", "thread_count"]
 
 _PROC = Path("/proc")
 
@@ -25,14 +25,25 @@ class _Stat(NamedTuple):
     session: int
 
 
-def _read_stat(pid: int) -> _Stat | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3 onwards of ``/proc/<pid>/stat`` (``None`` when the process is gone)."""
     try:
         text = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may itself contain spaces or ')' (proc(5)).
-    fields = text[text.rindex(")") + 2 :].split()
-    return _Stat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    fields = _stat_fields(pid)
+    return None if fields is None else _Stat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
+
+
+def start_time(pid: int) -> str | None:
+    """Field 22 of ``/proc/<pid>/stat``: tells a process apart from a later one that reuses its pid."""
+    fields = _stat_fields(pid)
+    return None if fields is None else fields[19]
 
 
 def _snapshot() -> dict[int, _Stat]:

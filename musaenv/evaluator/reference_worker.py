@@ -37,7 +37,7 @@ def _draw(cache: dict[str, ProgramModule], req: dict[str, Any]) -> tuple[str, Dr
         return None
 
 
-def _run(chan: Channel, req: dict[str, Any], program: ProgramModule, drawn: DrawnInputs | None) -> None:
+def _run(chan: Channel, req: dict[str, Any], program: ProgramModule, drawn: DrawnInputs) -> None:
     device = configure_device(req)
     model_cls = program.module.Model
     models = run_trials(chan, req, program, model_cls, device, guarded=False, drawn=drawn)
@@ -68,7 +68,7 @@ def serve_reference(chan: Channel) -> None:
         if kind == "draw":
             pending = _draw(cache, req)
             continue
-        drawn = pending[1] if pending is not None and pending[0] == req.get("draw_id") else None
+        drawn = pending[1] if pending is not None and pending[0] == req.get("draw_id") else DrawnInputs.nothing()
         pending = None
         try:
             _run(chan, req, _program(cache, req), drawn)

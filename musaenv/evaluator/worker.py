@@ -111,8 +111,8 @@ def run_trials(
     model_cls: Any,
     device: torch.device,
     guarded: bool,
+    drawn: DrawnInputs,
     probe: RuntimeGuard | None = None,
-    drawn: DrawnInputs | None = None,
 ) -> dict[int, Any]:
     """Run every trial; returns the model built for each shape index (reused for timing)."""
     models: dict[int, Any] = {}
@@ -123,9 +123,7 @@ def run_trials(
             init = program.init_inputs(req["init_seed"])
             seed_all(req["init_seed"] + 1)
             models[k] = model_cls(*init).to(device)
-        seed = int(trial["seed"])
-        raw = drawn.trial_inputs(program, k, seed) if drawn is not None else program.inputs(seed)
-        inputs = to_device(raw, device)
+        inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
         private = clone_args(inputs) if guarded else inputs
         if probe is not None:
             probe.before_call()
@@ -145,7 +143,7 @@ def _runtime_extras(
     program: ProgramModule,
     models: dict[int, Any],
     guard: RuntimeGuard,
-    drawn: DrawnInputs | None,
+    drawn: DrawnInputs,
 ) -> None:
     """Profiled and poisoned repeat of trial 1, perturbed run; sends the ``runtime`` report (docs/verification.md)."""
     first = req["trials"][0]
@@ -154,9 +152,7 @@ def _runtime_extras(
 
     def make_args() -> list[Any]:
         program.apply_shape(req["shapes"][k])
-        seed = int(first["seed"])
-        raw = drawn.trial_inputs(program, k, seed) if drawn is not None else program.inputs(seed)
-        return clone_args(to_device(raw, device))
+        return clone_args(to_device(drawn.trial_inputs(program, k, int(first["seed"])), device))
 
     report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array)
     if len(report) > 2:  # more than type and phase: something was checked
@@ -169,15 +165,12 @@ def run_timing(
     program: ProgramModule,
     model: Any,
     device: torch.device,
-    drawn: DrawnInputs | None = None,
+    drawn: DrawnInputs,
 ) -> tuple[TimedRun, list[list[Any]]]:
     """Time ``model`` on the timing pool; sends the ``timing`` message, returns the run and the pool."""
     t = req["timing"]
     program.apply_shape(req["shapes"][0])
-    if drawn is not None and drawn.pool is not None:
-        pool = [to_device(args, device) for args in drawn.pool]
-    else:
-        pool = [to_device(program.inputs(int(t["seed"]) + i), device) for i in range(int(t["pool"]))]
+    pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
     keep = [int(i) for i in t.get("keep", [])]
     with torch.no_grad():
         run = time_forward(
@@ -273,7 +266,7 @@ def _trials_phase(
     model_cls: Any,
     state: Any,
     guard: RuntimeGuard,
-    drawn: DrawnInputs | None,
+    drawn: DrawnInputs,
 ) -> dict[int, Any]:
     try:
         models = run_trials(chan, req, program, model_cls, guard.device, guarded=True, probe=guard, drawn=drawn)
@@ -296,7 +289,7 @@ def _timing_phase(
     program: ProgramModule,
     model: Any,
     guard: RuntimeGuard,
-    drawn: DrawnInputs | None,
+    drawn: DrawnInputs,
 ) -> None:
     chan.send({"type": "stage", "name": "timing"})
     _wait_for_go(chan)  # timed runs hold the device alone (on the CPU only they do: see docs/scaling.md)
@@ -321,7 +314,7 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
         return
     program = ProgramModule(load_program(req["task_source"], "reference_inputs", "<reference>"))
     # On the CPU every input is drawn now, outside the device slot and before any candidate code runs.
-    drawn = draw_inputs(req, program) if device.type == "cpu" else None
+    drawn = draw_inputs(req, program) if device.type == "cpu" else DrawnInputs.nothing()
     state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
     if req["backend"] == "triton" and req["device"] == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
         from musaenv.backends.triton_interp import install_interpreter_guards

@@ -45,13 +45,17 @@ class _Tally:
     max_rel: float = 0.0
 
 
+def _chunks64(a: np.ndarray) -> Iterator[np.ndarray]:
+    """``a`` flattened, as float64 pieces of ``_CHUNK`` elements."""
+    flat = a.reshape(-1)
+    for lo in range(0, flat.size, _CHUNK):
+        yield flat[lo : lo + _CHUNK].astype(np.float64)
+
+
 def _tally(c: np.ndarray, r: np.ndarray, atol: float, rtol: float) -> _Tally:
     """One output pair, in float64, chunk by chunk."""
     t = _Tally()
-    c_flat, r_flat = c.reshape(-1), r.reshape(-1)
-    for lo in range(0, r_flat.size, _CHUNK):
-        c64 = c_flat[lo : lo + _CHUNK].astype(np.float64)
-        r64 = r_flat[lo : lo + _CHUNK].astype(np.float64)
+    for c64, r64 in zip(_chunks64(c), _chunks64(r)):
         finite = np.isfinite(r64)
         if not finite.all():
             if not np.array_equal(c64[~finite], r64[~finite], equal_nan=True):
@@ -111,9 +115,7 @@ def compare_outputs(
 
 
 def _finite_chunks(r: np.ndarray) -> Iterator[np.ndarray]:
-    flat = r.reshape(-1)
-    for lo in range(0, flat.size, _CHUNK):
-        c = flat[lo : lo + _CHUNK].astype(np.float64)
+    for c in _chunks64(r):
         yield c[np.isfinite(c)]
 
 
@@ -150,10 +152,8 @@ def fingerprint_matches(prints: object, ref: Sequence[np.ndarray], atol: float, 
             s_c, q_c = float(fp[0]), float(fp[1])
         except (TypeError, ValueError, IndexError, KeyError):
             return False
-        flat = (r.view(r.real.dtype) if np.iscomplexobj(r) else r).reshape(-1)
         stats = np.zeros(5)  # sum r, sum r^2, sum e, sum (2|r|e + e^2), sum |r|
-        for lo in range(0, flat.size, _CHUNK):  # chunked like _tally: the float64 temporaries stay in cache
-            c = flat[lo : lo + _CHUNK].astype(np.float64)
+        for c in _chunks64(r.view(r.real.dtype) if np.iscomplexobj(r) else r):
             a = np.abs(c)
             e = atol + rtol * a
             stats += (c.sum(), (c * c).sum(), e.sum(), (e * (2 * a + e)).sum(), a.sum())
