@@ -182,6 +182,8 @@ class LocalEvaluator:
                 # On the CPU an untimed reference run (its timing is cached) needs no exclusive device.
                 timed = self.backend.device != "cpu" or self._reference.needs_timing(task, plan, timing)
                 limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
+                if timed and timing and timing["baseline"] == "compile":
+                    limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
                 with (self._device_slot if timed else None) or nullcontext():
                     ref = self._reference.run(task, plan, timing, limit_s, *_checked_calls(plan, run))
             except ReferenceError_ as e:
@@ -198,6 +200,11 @@ class LocalEvaluator:
             static_warnings=static,
             runtime=RuntimeSettings.from_config(self.config),
         )
+        if ref is not None and ref.timing_note and result.speedup is not None:
+            result = result.replace(
+                warnings=(*result.warnings, "baseline_eager_fallback"),
+                messages=(*result.messages, f"Speedup is against the eager reference: {ref.timing_note}"),
+            )
         return self._triton_aot(task, ext.code, result)
 
     def _triton_aot(self, task: Task, code: str, result: EvalResult) -> EvalResult:

@@ -56,6 +56,7 @@ class RefOutputs:
     timing: TimingStats | None = None
     recheck_calls: list[int] = field(default_factory=list)
     probe_calls: list[int] = field(default_factory=list)
+    timing_note: str = ""  # set when the timed baseline is not the one asked for (torch.compile failed)
 
 
 def recv_before(worker: WorkerProcess, deadline: float) -> tuple[dict[str, Any], list[np.ndarray]] | None:
@@ -94,7 +95,7 @@ class ReferenceService:
         self.cpu_threads = cpu_threads
         self.timing = timing
         self.cache_dir = cache_root / "reftime"
-        self._memo: dict[str, TimingStats] = {}
+        self._memo: dict[str, tuple[TimingStats, str]] = {}
         self._worker: WorkerProcess | None = None
 
     def _timing_key(self, task: Task, plan: EvalPlan) -> str:
@@ -115,22 +116,27 @@ class ReferenceService:
 
     def cached_timing(self, task: Task, plan: EvalPlan) -> TimingStats | None:
         """The cached reference timing for this task and shape, if any (never with ``reference="every"``)."""
+        cached = self._cached(task, plan)
+        return cached[0] if cached else None
+
+    def _cached(self, task: Task, plan: EvalPlan) -> tuple[TimingStats, str] | None:
         if self.timing.reference == "every":
             return None
         key = self._timing_key(task, plan)
         if key not in self._memo:
             try:
-                self._memo[key] = TimingStats.from_dict(json.loads((self.cache_dir / f"{key}.json").read_text()))
-            except (OSError, ValueError, KeyError, TypeError):
+                d = json.loads((self.cache_dir / f"{key}.json").read_text())
+                self._memo[key] = (TimingStats.from_dict(d), str(d.get("note", "")))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 return None
         return self._memo[key]
 
-    def _store_timing(self, task: Task, plan: EvalPlan, stats: TimingStats) -> None:
+    def _store_timing(self, task: Task, plan: EvalPlan, stats: TimingStats, note: str) -> None:
         key = self._timing_key(task, plan)
-        self._memo[key] = stats
+        self._memo[key] = (stats, note)
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.cache_dir / f".{key}.tmp"
-        tmp.write_text(json.dumps(stats.to_dict()))
+        tmp.write_text(json.dumps({**stats.to_dict(), **({"note": note} if note else {})}))
         tmp.replace(self.cache_dir / f"{key}.json")
 
     def _ensure_worker(self) -> WorkerProcess:
@@ -212,9 +218,10 @@ class ReferenceService:
     ) -> RefOutputs:
         worker = self._ensure_worker()
         req = self._request(task, plan, timing_cfg, calls)
-        cached = self.cached_timing(task, plan) if timing_cfg and not req["timing"] else None
+        cached = self._cached(task, plan) if timing_cfg and not req["timing"] else None
         worker.chan.send(req)
-        out = RefOutputs(timing=cached, recheck_calls=calls)
+        out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
+        out.timing_note = cached[1] if cached else ""
         collected: list[tuple[list[np.ndarray], list[str]]] = []
         deadline = time.monotonic() + timeout_s
         while True:
@@ -226,7 +233,8 @@ class ReferenceService:
                 collected.append((arrays, list(msg.get("dtypes", []))))
             elif msg.get("type") == "timing":
                 out.timing = TimingStats.from_samples(msg["samples_ms"])
-                self._store_timing(task, plan, out.timing)
+                out.timing_note = str(msg.get("baseline_note", ""))
+                self._store_timing(task, plan, out.timing, out.timing_note)
             elif msg.get("type") == "result":
                 if msg.get("failure"):
                     raise ReferenceError_(f"the reference program of {task.id} failed:\n{msg['failure']['log']}")

@@ -166,8 +166,9 @@ def run_timing(
     model: Any,
     device: torch.device,
     drawn: DrawnInputs,
+    note: dict[str, Any] | None = None,
 ) -> tuple[TimedRun, list[list[Any]]]:
-    """Time ``model`` on the timing pool; sends the ``timing`` message, returns the run and the pool."""
+    """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and pool."""
     t = req["timing"]
     program.apply_shape(req["shapes"][0])
     pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
@@ -198,6 +199,7 @@ def run_timing(
             "kept": kept_idx,
             "kept_counts": counts,
             "fingerprints": run.fingerprints,
+            **(note or {}),
         },
         arrays,
     )

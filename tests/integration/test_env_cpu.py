@@ -56,6 +56,22 @@ def test_reference_timed_once_or_beside_every_candidate(evaluator, relu):
     assert fresh[0].ref_timing != fresh[1].ref_timing != cached[0]  # timed again beside each candidate
 
 
+def test_torch_compile_baseline_and_its_fallback(relu, tmp_path):
+    every = FAST.timing.replace(reference="every", baseline="compile")  # "every": compiled in each run
+    with LocalEvaluator("cpu", FAST.replace(timing=every)) as ev:
+        r = ev.evaluate(relu, hazard_candidate("relu_ok"), seed=21)
+    assert r.stage is Stage.CORRECT and r.speedup is not None, r.to_dict()
+    assert "baseline_eager_fallback" not in r.warnings
+    # torch.compile failing on the reference (here: inductor finds no working C++ compiler) keeps the verdict
+    # and times the eager reference, saying so.
+    broken = {"CXX": "/bin/false", "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    with LocalEvaluator("cpu", FAST.replace(timing=every), worker_env=broken) as ev:
+        r = ev.evaluate(relu, hazard_candidate("relu_ok"), seed=22)
+    assert r.stage is Stage.CORRECT and r.speedup is not None, r.to_dict()
+    assert "baseline_eager_fallback" in r.warnings
+    assert any("torch.compile failed" in m for m in r.messages), r.messages
+
+
 def test_wrong_math_is_incorrect(evaluator, relu):
     r = evaluator.evaluate(relu, hazard_candidate("relu_wrong"), seed=3)
     assert r.stage is Stage.INCORRECT
