@@ -65,3 +65,27 @@ def test_fingerprints_of_wrong_outputs_do_not_match() -> None:
     assert not fingerprint_matches(_prints(ref, ref), [ref], 1e-4, 1e-4)  # wrong number of outputs
     assert not fingerprint_matches([[float("nan"), 1.0]], [ref], 1e-4, 1e-4)
     assert not fingerprint_matches("forged", [ref], 1e-4, 1e-4)
+
+
+def test_worker_fingerprints_of_exact_outputs_match_in_every_dtype() -> None:
+    """The worker's own fingerprints (torch) of an output equal to the reference always pass the parent's check.
+
+    fp16: 2^17 values near 1.5 sum past fp16's 65504 (the sum was inf and an honest kernel was called a cheat);
+    fp32 at 2M elements with a tight tolerance: a float32 ``vector_norm`` was off by 5e-5 relative.
+    """
+    import torch
+
+    from musaenv.timing.timers import output_fingerprint
+
+    gen = torch.Generator().manual_seed(0)
+    cases = [
+        (torch.rand(1 << 17, generator=gen).half() + 1, 1e-3, 1e-3),
+        (torch.rand(1 << 17, generator=gen).bfloat16() + 1, 1e-2, 1e-2),
+        (torch.rand(1 << 21, generator=gen), 1e-7, 1e-7),
+        (torch.randn(1 << 20, dtype=torch.complex64, generator=gen), 1e-6, 1e-6),
+        (torch.randint(0, 1000, (1 << 16,), generator=gen), 0.0, 0.0),
+    ]
+    for out, atol, rtol in cases:
+        ref = out.numpy() if out.dtype != torch.bfloat16 else out.float().numpy()
+        assert fingerprint_matches(output_fingerprint(out), [ref], atol, rtol), out.dtype
+        assert not fingerprint_matches(output_fingerprint(out * 0), [ref], atol, rtol), out.dtype
