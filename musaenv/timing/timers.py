@@ -8,6 +8,7 @@ the clock starts and before it stops. The median is the statistic that speedups 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -84,7 +85,11 @@ def output_fingerprint(out: Any) -> list[list[float]]:
             x = x.double()
         elif x.element_size() < 4:
             x = x.float()
-        prints.append([float(x.sum()), float((x * x).sum())])
+        total, squares = float(x.sum()), float((x * x).sum())
+        if not (math.isfinite(total) and math.isfinite(squares)) and x.dtype != torch.float64:
+            x = x.double()  # squares of finite float32 values past 1.8e19 overflow: exact again in float64
+            total, squares = float(x.sum()), float((x * x).sum())
+        prints.append([total, squares])
     return prints
 
 

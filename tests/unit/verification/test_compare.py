@@ -84,6 +84,7 @@ def test_worker_fingerprints_of_exact_outputs_match_in_every_dtype() -> None:
         (torch.rand(1 << 21, generator=gen), 1e-7, 1e-7),
         (torch.randn(1 << 20, dtype=torch.complex64, generator=gen), 1e-6, 1e-6),
         (torch.randint(0, 1000, (1 << 16,), generator=gen), 0.0, 0.0),
+        (torch.rand(1 << 10, generator=gen) * 1e30, 1e-5, 1e-5),  # squares overflow float32
     ]
     for out, atol, rtol in cases:
         ref = out.numpy() if out.dtype != torch.bfloat16 else out.float().numpy()
