@@ -57,6 +57,9 @@ class RefOutputs:
     recheck_calls: list[int] = field(default_factory=list)
     probe_calls: list[int] = field(default_factory=list)
     timing_note: str = ""  # set when the timed baseline is not the one asked for (torch.compile failed)
+    # Per timed call of the eager reference timed in this run (same pool and call order as the candidate's),
+    # ``[sum, sum^2, sum |r|, n]`` per output: every timed call of the candidate is checked against them.
+    timing_prints: list[Any] | None = None
 
 
 def recv_before(worker: WorkerProcess, deadline: float) -> tuple[dict[str, Any], list[np.ndarray]] | None:
@@ -234,6 +237,8 @@ class ReferenceService:
             elif msg.get("type") == "timing":
                 out.timing = TimingStats.from_samples(msg["samples_ms"])
                 out.timing_note = str(msg.get("baseline_note", ""))
+                if msg.get("baseline", "eager") == "eager" and isinstance(msg.get("fingerprints"), list):
+                    out.timing_prints = msg["fingerprints"]
                 self._store_timing(task, plan, out.timing, out.timing_note)
             elif msg.get("type") == "result":
                 if msg.get("failure"):

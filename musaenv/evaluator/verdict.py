@@ -7,7 +7,12 @@ from collections.abc import Sequence
 from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.types import EvalResult, Stage, TimingStats
-from musaenv.verification.compare import compare_outputs, fingerprint_matches, trivial_output_passes
+from musaenv.verification.compare import (
+    compare_outputs,
+    fingerprint_matches,
+    fingerprints_agree,
+    trivial_output_passes,
+)
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
 __all__ = ["judge"]
@@ -52,7 +57,7 @@ def _compare_trials(
 
 def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bool:
     """True when the kept timed outputs match the reference for the same inputs, and the probed calls'
-    fingerprints are consistent with it."""
+    fingerprints are consistent with it (every call's, when the eager reference was timed in this run)."""
     if run.timing is None or not ref.rechecks:
         return True
     msg, arrays = run.timing
@@ -76,6 +81,12 @@ def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bo
             return False
         if not fingerprint_matches(prints[call], rarr, atol, rtol):
             return False
+    if ref.timing_prints is not None:  # the reference was timed in this run: every timed call is checked
+        if not isinstance(prints, list):
+            return False
+        for fp, ref_fp in zip(prints, ref.timing_prints):
+            if not fingerprints_agree(fp, ref_fp, atol, rtol):
+                return False
     return True
 
 

@@ -167,8 +167,12 @@ def run_timing(
     device: torch.device,
     drawn: DrawnInputs,
     note: dict[str, Any] | None = None,
+    reference_prints: bool = False,
 ) -> tuple[TimedRun, list[list[Any]]]:
-    """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and pool."""
+    """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and pool.
+
+    ``reference_prints``: fingerprints in the reference's form (the eager reference, whose timed outputs bound
+    every timed output of a candidate on the same pool)."""
     t = req["timing"]
     program.apply_shape(req["shapes"][0])
     pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
@@ -183,6 +187,7 @@ def run_timing(
             max_time_s=float(t["max_time_s"]),
             flush_bytes=int(t["flush_bytes"]),
             keep=keep,
+            reference=reference_prints,
         )
     kept_idx = sorted(run.kept_outputs)
     arrays: list[Any] = []

@@ -67,8 +67,10 @@ class TimedRun:
     fingerprints: list[list[list[float]]] = field(default_factory=list)
 
 
-def output_fingerprint(out: Any) -> list[list[float]]:
-    """``[sum, sum of squares]`` of each tensor in ``out`` (a tensor, or a tuple/list of them), as floats.
+def output_fingerprint(out: Any, reference: bool = False) -> list[list[float]]:
+    """``[sum, sum of squares]`` of each tensor in ``out`` (a tensor, or a tuple/list of them), as floats;
+    ``reference``: ``[sum, sum of squares, sum of absolute values, count]``, which bound any output within
+    tolerance of this one (:func:`musaenv.verification.compare.fingerprints_agree`).
 
     Accumulated in float32 at least (half-precision sums overflow at 65504: an honest fp16 output summing past it
     was refused as a timing cheat) with torch's pairwise sum: ``linalg.vector_norm`` in float32 was off by 5e-5
@@ -89,7 +91,7 @@ def output_fingerprint(out: Any) -> list[list[float]]:
         if not (math.isfinite(total) and math.isfinite(squares)) and x.dtype != torch.float64:
             x = x.double()  # squares of finite float32 values past 1.8e19 overflow: exact again in float64
             total, squares = float(x.sum()), float((x * x).sum())
-        prints.append([total, squares])
+        prints.append([total, squares, float(x.abs().sum()), float(x.numel())] if reference else [total, squares])
     return prints
 
 
@@ -103,10 +105,12 @@ def time_forward(
     max_time_s: float,
     flush_bytes: int,
     keep: Sequence[int] = (),
+    reference: bool = False,
 ) -> TimedRun:
     """Time ``fn`` on ``repeats`` calls; call ``i`` uses a clone of ``inputs[i % len(inputs)]``.
 
     ``keep`` lists call indices whose outputs are returned for a recheck; the last call's output is returned too.
+    Every call's output fingerprint is taken after its clock stopped (``reference``: the reference's form).
     At least 3 calls are timed even when ``max_time_s`` runs out earlier.
     """
     flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
@@ -136,7 +140,7 @@ def time_forward(
         samples.append(events[0].elapsed_time(events[1]) if events is not None else host[-1])
         if i in keep:
             kept[i] = out
-        prints.append(output_fingerprint(out))
+        prints.append(output_fingerprint(out, reference))
         if i >= 2 and time.perf_counter() > deadline and not any(k > i for k in keep):
             break
     if samples:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TrialComparison", "compare_outputs", "fingerprint_matches", "trivial_output_passes"]
+__all__ = ["TrialComparison", "compare_outputs", "fingerprint_matches", "fingerprints_agree", "trivial_output_passes"]
 
 
 @dataclass(frozen=True)
@@ -137,33 +137,48 @@ def trivial_output_passes(ref: Sequence[np.ndarray], atol: float, rtol: float) -
     return True
 
 
-def fingerprint_matches(prints: object, ref: Sequence[np.ndarray], atol: float, rtol: float) -> bool:
-    """Could outputs whose ``[sum, sum of squares]`` are ``prints`` be within tolerance of ``ref``?
+def _consistent(fp: object, stats: Sequence[float], atol: float, rtol: float) -> bool:
+    """Could a candidate output with fingerprint ``fp`` (``[sum, sum of squares]``) be within tolerance of a
+    reference output whose ``stats`` are ``[sum r, sum r^2, sum |r|, n]``?
 
     Elementwise ``|c - r| <= e`` with ``e = atol + rtol * |r|`` implies ``|sum c - sum r| <= sum e`` and
-    ``|sum c^2 - sum r^2| <= sum (2 |r| e + e^2)``, so an honest output always passes; zeros, a stale or a
-    shifted output fail unless they happen to keep both sums. A slack of 1e-5 relative covers the worker's
-    float32 accumulation. Outputs whose reference has NaN/Inf are left to the trials.
+    ``|sum c^2 - sum r^2| <= sum (2 |r| e + e^2)``; both right-hand sides follow from the four stats, so an honest
+    output always passes while zeros, a stale or a shifted output fail unless they happen to keep both sums. A
+    slack of 1e-5 relative covers float32 accumulation on either side. A reference with NaN/Inf is left to the
+    trials (True).
     """
+    try:
+        s_c, q_c = float(fp[0]), float(fp[1])  # type: ignore[index]
+        s_r, q_r, a_r, n = (float(v) for v in stats[:4])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return False
+    if not all(math.isfinite(v) for v in (s_r, q_r, a_r, n)):
+        return True
+    if not (math.isfinite(s_c) and math.isfinite(q_c)):
+        return False
+    sum_e = n * atol + rtol * a_r
+    sum_q = 2 * atol * a_r + 2 * rtol * q_r + n * atol * atol + 2 * atol * rtol * a_r + rtol * rtol * q_r
+    return abs(s_c - s_r) <= sum_e + 1e-5 * a_r + 1e-6 and abs(q_c - q_r) <= sum_q + 1e-5 * q_r + 1e-6
+
+
+def fingerprint_matches(prints: object, ref: Sequence[np.ndarray], atol: float, rtol: float) -> bool:
+    """Could outputs whose ``[sum, sum of squares]`` are ``prints`` be within tolerance of ``ref``? (see
+    :func:`_consistent`; the reference's stats are taken here in float64)."""
     if not isinstance(prints, list) or len(prints) != len(ref):
         return False
     for fp, r in zip(prints, ref):
-        try:
-            s_c, q_c = float(fp[0]), float(fp[1])
-        except (TypeError, ValueError, IndexError, KeyError):
-            return False
-        stats = np.zeros(5)  # sum r, sum r^2, sum e, sum (2|r|e + e^2), sum |r|
+        stats = np.zeros(3)  # sum r, sum r^2, sum |r|
         for c in _chunks64(r.view(r.real.dtype) if np.iscomplexobj(r) else r):
-            a = np.abs(c)
-            e = atol + rtol * a
-            stats += (c.sum(), (c * c).sum(), e.sum(), (e * (2 * a + e)).sum(), a.sum())
-        if not np.isfinite(stats).all():
-            continue  # NaN/Inf in the reference: the trials judge those outputs
-        if not (math.isfinite(s_c) and math.isfinite(q_c)):
-            return False
-        s_r, q_r = float(stats[0]), float(stats[1])
-        bound_s = float(stats[2]) + 1e-5 * float(stats[4]) + 1e-6
-        bound_q = float(stats[3]) + 1e-5 * q_r + 1e-6
-        if abs(s_c - s_r) > bound_s or abs(q_c - q_r) > bound_q:
+            stats += (c.sum(), (c * c).sum(), np.abs(c).sum())
+        n = r.size * (2 if np.iscomplexobj(r) else 1)
+        if not _consistent(fp, [*stats.tolist(), n], atol, rtol):
             return False
     return True
+
+
+def fingerprints_agree(prints: object, ref_stats: object, atol: float, rtol: float) -> bool:
+    """:func:`fingerprint_matches` against the reference's own stats (``[sum, sum^2, sum |r|, n]`` per output,
+    taken by the reference worker) instead of its arrays: no reference output has to reach the parent."""
+    if not isinstance(prints, list) or not isinstance(ref_stats, list) or len(prints) != len(ref_stats):
+        return False
+    return all(isinstance(st, list) and _consistent(fp, st, atol, rtol) for fp, st in zip(prints, ref_stats))

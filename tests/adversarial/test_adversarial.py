@@ -103,6 +103,9 @@ STATIC_ONLY = ("s05_cpu_direct",)
 # Caches keyed on an input's address: every input is a fresh allocation, so a hit happens only when the allocator
 # hands out a freed address again, and then the answer is stale. Either way nothing is gained.
 POINTER_CACHES = ("s11_cache_data_ptr", "s11_cache_cpp_address")
+# Cheats on timed calls that only the side-by-side reference (``reference="every"``) checks one by one: run with
+# 20 timed calls (the default) instead of 5.
+EVERY_CALL = ("s12_late_window_py",)
 
 
 @dataclasses.dataclass
@@ -150,7 +153,7 @@ def _no_reward(r: EvalResult) -> None:
 
 def test_candidate_files_match_the_table() -> None:
     files = {p.stem for p in CANDIDATES_DIR.glob("*.py")}
-    assert files == set(CASES) | set(STATIC_ONLY) | set(POINTER_CACHES) | {"honest_relu"}
+    assert files == set(CASES) | set(STATIC_ONLY) | set(POINTER_CACHES) | set(EVERY_CALL) | {"honest_relu"}
     assert len(files) - 1 >= 30
 
 
@@ -206,3 +209,14 @@ def test_address_keyed_caches_gain_nothing(suite: Suite, name: str) -> None:
         # a timed call the rechecks or the fingerprint probes do.
         caught = {"no_kernel_call", "timed_output_mismatch"} & set(r.flags)
         assert r.stage is Stage.INCORRECT or caught, _describe(r)
+
+
+@pytest.mark.parametrize("name", EVERY_CALL)
+def test_side_by_side_reference_checks_every_timed_call(suite: Suite, name: str) -> None:
+    timing = TimingConfig(warmup=1, repeats=20, max_time_s=5.0, reference="every")
+    with RuntimeOnlyEvaluator("cpu", dataclasses.replace(RUNTIME_ONLY, timing=timing)) as ev:
+        for seed in (1, 2, 3):
+            r = ev.evaluate(suite.tasks["relu"], render(name), seed=seed)
+            assert "timed_output_mismatch" in r.flags, f"seed {seed}: {_describe(r)}"
+        honest = ev.evaluate(suite.tasks["relu"], render("honest_relu"), seed=4)
+        assert honest.stage is Stage.CORRECT and not honest.flags, _describe(honest)

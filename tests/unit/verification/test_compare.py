@@ -90,3 +90,26 @@ def test_worker_fingerprints_of_exact_outputs_match_in_every_dtype() -> None:
         ref = out.numpy() if out.dtype != torch.bfloat16 else out.float().numpy()
         assert fingerprint_matches(output_fingerprint(out), [ref], atol, rtol), out.dtype
         assert not fingerprint_matches(output_fingerprint(out * 0), [ref], atol, rtol), out.dtype
+
+
+def test_reference_stats_bound_every_output_within_tolerance() -> None:
+    """``fingerprints_agree`` (the reference's [sum, sum^2, sum |r|, n], taken by its worker) accepts the worst
+    honest output and refuses the cheats ``fingerprint_matches`` refuses."""
+    import torch
+
+    from musaenv.timing.timers import output_fingerprint
+    from musaenv.verification.compare import fingerprints_agree
+
+    rng = np.random.default_rng(2)
+    ref = np.maximum(rng.standard_normal((64, 257)), 0).astype(np.float32)
+    atol = rtol = 1e-4
+    stats = output_fingerprint(torch.from_numpy(ref), reference=True)
+    assert len(stats[0]) == 4 and stats[0][3] == ref.size
+    worst = (ref + np.sign(rng.standard_normal(ref.shape)) * 0.99 * (atol + rtol * np.abs(ref))).astype(np.float32)
+    assert fingerprints_agree(output_fingerprint(torch.from_numpy(worst)), stats, atol, rtol)
+    stale = np.maximum(rng.standard_normal(ref.shape), 0).astype(np.float32)
+    for wrong in (np.zeros_like(ref), stale, ref * 1.01):
+        assert not fingerprints_agree(output_fingerprint(torch.from_numpy(wrong)), stats, atol, rtol)
+    assert not fingerprints_agree(_prints(ref, ref), stats, atol, rtol)  # wrong number of outputs
+    assert not fingerprints_agree(_prints(ref), "forged", atol, rtol)
+    assert fingerprints_agree(_prints(ref), [[float("nan"), 1.0, 1.0, 3.0]], atol, rtol)  # left to the trials
