@@ -8,6 +8,11 @@ operation of the first kind raise :class:`TritonInterpreterLimitError` instead, 
 reported with a clear reason rather than judged wrong; a kernel that upcasts with ``x.to(tl.float32)``
 before computing keeps working.
 
+It also fills two gaps of older interpreters that raised confusing errors on correct kernels (seen with triton
+3.6): no ``get_bf16`` (a Python scalar meeting a bf16 value failed with an AttributeError instead of reaching the
+bf16 guard), and ``__index__`` calling ``int()`` on a one-element array, which numpy >= 2.5 refuses (every
+``range(0, n, BLOCK)`` over a kernel argument failed). Triton 3.9 has both fixed; the shims do what it does.
+
 Call it in the process that runs the kernels, before the candidate launches any.
 """
 
@@ -95,6 +100,7 @@ def install_interpreter_guards() -> bool:
         log.warning("Triton interpreter guards not installed: %s", e)
         return False
     builder = interpreter.InterpreterBuilder
+    _install_compat_shims(interpreter, tl)
     for name in _GUARDED_BUILDER_METHODS:
         method = getattr(builder, name, None)
         if method is not None and not getattr(method, "__musaenv_guard__", False):
@@ -105,3 +111,26 @@ def install_interpreter_guards() -> bool:
         if cls is not None and method is not None and not getattr(method, "__musaenv_guard__", False):
             cls.apply = _guard_reduce(method, tl.bfloat16)
     return True
+
+
+def _install_compat_shims(interpreter: Any, tl: Any) -> None:
+    """The two fixes of newer interpreters described in the module docstring, where they are missing."""
+    builder = interpreter.InterpreterBuilder
+    if not hasattr(builder, "get_bf16") and hasattr(builder, "create_fp_trunc"):
+
+        def get_bf16(self: Any, value: float) -> Any:  # as triton 3.9: an fp32 constant rounded to bf16
+            return self.create_fp_trunc(self.get_fp32(value), tl.bfloat16)
+
+        builder.get_bf16 = get_bf16
+    patch_tensor = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch_tensor is None or getattr(patch_tensor, "__musaenv_guard__", False):
+        return
+
+    @functools.wraps(patch_tensor)
+    def patched(tensor: Any, scope: Any) -> None:
+        patch_tensor(tensor, scope)
+        # ``.item()`` takes a one-element array of any rank and still refuses a block, as ``int()`` did.
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+    patched.__musaenv_guard__ = True  # type: ignore[attr-defined]
+    interpreter._patch_lang_tensor = patched

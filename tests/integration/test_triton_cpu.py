@@ -53,8 +53,9 @@ def _relu(body: str, pre: str = "", post: str = "") -> str:
 
 WRONG = _relu("    tl.store(out_ptr + offs, tl.where(x > 0, x, 0.5 * x), mask=mask)")
 # Computes in bf16: the interpreter keeps bf16 as raw uint16 bits, so its arithmetic would be garbage.
+# bf16 arithmetic (triton 3.6's interpreter computes tl.maximum on bf16 correctly, 3.9's does not: both refuse x * 1.0)
 BF16 = _relu(
-    "    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)",
+    "    tl.store(out_ptr + offs, tl.maximum(x * 1.0, 0.0), mask=mask)",
     pre="\n        x = x.to(torch.bfloat16)",
     post=".float()",
 )
