@@ -197,6 +197,8 @@ class ReferenceService:
             "trials": plan.trials_json(plan.recheck_trials(calls)),
             "timing": timing_cfg if (timing_cfg and cached is None) else None,
             "draw_id": _draw_id(task, plan),
+            "atol": task.atol,
+            "rtol": task.rtol,
         }
 
     def needs_timing(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> bool:

@@ -20,6 +20,7 @@ from musaenv.evaluator.harness import (
     DrawnInputs,
     ProgramModule,
     draw_inputs,
+    flatten_outputs,
     load_program,
     seed_all,
     to_device,
@@ -45,8 +46,51 @@ def _draw(cache: dict[str, ProgramModule], req: dict[str, Any]) -> tuple[str, Dr
         return None
 
 
+_PURITY: dict[str, str] = {}  # task hash -> "" (pure) or why not
+
+
+class ImpureReference(Exception):
+    """The reference's output for one input changes from one call to the next: the task cannot be verified."""
+
+
+def _purity(program: ProgramModule, req: dict[str, Any], device: torch.device) -> str:
+    """``""`` when a fresh reference model gives the same outputs (within the task's tolerance) on two calls with
+    one input, else why not. Every check here (trials, rechecks, repeats, timed-call fingerprints) assumes a pure
+    forward: a model that keeps state between calls (an RNN starting each call from the ``self.hidden`` its last
+    call stored) or draws random numbers would make honest kernels look wrong.
+    """
+    program.apply_shape(req["shapes"][0])
+    init = program.init_inputs(req["init_seed"])
+    seed_all(req["init_seed"] + 1)
+    model = program.module.Model(*init).to(device)
+    args = to_device(program.inputs(req["init_seed"] + 2), device)
+    with torch.no_grad():
+        runs = [[o.detach().clone() for o in flatten_outputs(model(*clone_args(args)))] for _ in range(2)]
+    atol, rtol = float(req.get("atol", 1e-4)), float(req.get("rtol", 1e-4))
+    for i, (a, b) in enumerate(zip(*runs)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            continue
+        same = a.shape == b.shape and (
+            torch.equal(a, b)
+            or (a.is_floating_point() and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True))
+        )
+        if not same:
+            return (
+                f"the reference program's output {i} differs between two calls of one model on the same input "
+                "(it keeps state between calls, e.g. a hidden state carried to the next call, or draws "
+                "random numbers in forward). musaenv compares outputs call by call and cannot verify such a "
+                "task; make forward a pure function of its inputs and parameters (e.g. pass the state as an input)."
+            )
+    return ""
+
+
 def _run(chan: Channel, req: dict[str, Any], program: ProgramModule, drawn: DrawnInputs) -> None:
     device = configure_device(req)
+    key = str(req["task_hash"])
+    if key not in _PURITY:  # once per task and worker
+        _PURITY[key] = _purity(program, req, device)
+    if _PURITY[key]:
+        raise ImpureReference(_PURITY[key])
     model_cls = program.module.Model
     models = run_trials(chan, req, program, model_cls, device, guarded=False, drawn=drawn)
     if req.get("timing"):
@@ -102,4 +146,5 @@ def serve_reference(chan: Channel) -> None:
             _run(chan, req, _program(cache, req), drawn)
             chan.send({"type": "result"})
         except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
-            chan.send({"type": "result", "failure": {"stage": "infra_error", "log": format_exc(e)}})
+            log = str(e) if isinstance(e, ImpureReference) else format_exc(e)
+            chan.send({"type": "result", "failure": {"stage": "infra_error", "log": log}})

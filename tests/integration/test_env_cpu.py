@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -12,6 +13,7 @@ import musaenv
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task
+from musaenv.tasks.task import load_task_file
 from musaenv.types import Stage
 from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
 
@@ -70,6 +72,15 @@ def test_torch_compile_baseline_and_its_fallback(relu, tmp_path):
     assert r.stage is Stage.CORRECT and r.speedup is not None, r.to_dict()
     assert "baseline_eager_fallback" in r.warnings
     assert any("torch.compile failed" in m for m in r.messages), r.messages
+
+
+def test_stateful_reference_is_refused_with_a_reason(evaluator):
+    # An honest kernel on a reference that keeps state between calls used to be called a cheat (its repeat and
+    # timed outputs differ from a reference that has moved on); the task itself is refused instead.
+    stateful = load_task_file(Path(__file__).parents[1] / "data" / "tasks" / "stateful_relu.py")
+    r = evaluator.evaluate(stateful, hazard_candidate("relu_ok"), seed=5)
+    assert r.stage is Stage.INFRA_ERROR, r.to_dict()
+    assert "differs between two calls" in r.messages[0] and "keeps state" in r.messages[0]
 
 
 def test_wrong_math_is_incorrect(evaluator, relu):
