@@ -63,6 +63,7 @@ class Case:
     candidate: str
     expected: str
     response: str
+    variant: str = "default"  # or "compile_every": torch.compile baseline, reference timed beside the candidate
 
 
 def _cases(only: set[str] | None) -> list[Case]:
@@ -72,16 +73,20 @@ def _cases(only: set[str] | None) -> list[Case]:
             if only is None or tid in only:
                 src = "```python\n" + solution_source(tid, backend) + "\n```"
                 cases.append(Case(tid, backend, "solution", "correct", src))
+    if only is None or "l1_relu" in only:  # the torch.compile baseline and every-call checks, on the GPU once
+        src = "```python\n" + solution_source("l1_relu", "cuda") + "\n```"
+        cases.append(Case("l1_relu", "cuda", "solution vs torch.compile", "correct", src, "compile_every"))
     cases.append(Case("l1_relu", "cuda", "wrong kernel", "incorrect", WRONG_RELU_CUDA))
     cases.append(Case("l1_relu", "cuda", "side-stream cheat", "cheating", SIDE_STREAM_RELU_CUDA))
     return cases
 
 
-def _eval_config(static_policy: str, timing: bool) -> EvalConfig:
+def _eval_config(static_policy: str, timing: bool, variant: str = "default") -> EvalConfig:
     # 10 timed calls after 2 warm-ups: enough for a median, short enough for the whole run to fit in minutes.
-    return EvalConfig(
-        static_policy=static_policy, timing=TimingConfig(warmup=2, repeats=10, max_time_s=2.0, enabled=timing)
-    )
+    t = TimingConfig(warmup=2, repeats=10, max_time_s=2.0, enabled=timing)
+    if variant == "compile_every":
+        t = t.replace(baseline="compile", reference="every")
+    return EvalConfig(static_policy=static_policy, timing=t)
 
 
 def build_pass(cases: list[Case], jobs: int) -> dict[int, float | None]:
@@ -108,9 +113,10 @@ def timed_pass(cases: list[Case], compile_s: dict[int, float | None]) -> list[Ro
     rows = []
     try:
         for i, c in enumerate(cases):
-            if c.backend not in evaluators:
-                evaluators[c.backend] = LocalEvaluator(c.backend, _eval_config("strict", timing=True))
-            ev = evaluators[c.backend]
+            key = f"{c.backend}/{c.variant}"
+            if key not in evaluators:
+                evaluators[key] = LocalEvaluator(c.backend, _eval_config("strict", timing=True, variant=c.variant))
+            ev = evaluators[key]
             env = gym.make("KernelGen-v0", task=c.task, backend=c.backend, max_turns=1, evaluator=ev)
             env.reset(seed=i)
             _, _, _, _, info = env.step(c.response)
