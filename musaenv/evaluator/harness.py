@@ -46,10 +46,19 @@ def load_program(source: str, name: str, filename: str) -> types.ModuleType:
 
 
 class ProgramModule:
-    """A loaded reference program with its size constants settable per shape."""
+    """A loaded reference program with its size constants settable per shape.
 
-    def __init__(self, module: types.ModuleType) -> None:
+    ``draw_device`` (a CUDA device): inputs are drawn straight on it, ``get_inputs()`` running under
+    ``with torch.device(...)``, so its factory calls (``torch.randn`` ...) allocate and fill on the GPU. The
+    file format creates CPU tensors, and at the GPU tier's sizes (268-537 MB per input for 13 built-in tasks)
+    a single-threaded CPU ``randn`` took 1.6-1.9 s per input here, 16 times for a timing pool. The values come
+    from the GPU's generator under the same seeds, in the candidate's worker and the reference's alike. A
+    ``get_inputs`` that fails there (CPU-only code) is drawn on the CPU from then on in this process.
+    """
+
+    def __init__(self, module: types.ModuleType, draw_device: torch.device | None = None) -> None:
         self.module = module
+        self.draw_device = draw_device
         self._defaults = {
             k: v
             for k, v in vars(module).items()
@@ -69,8 +78,15 @@ class ProgramModule:
         return list(self.module.get_init_inputs())
 
     def inputs(self, seed: int) -> list[Any]:
-        """``get_inputs()`` under ``seed`` (CPU tensors, as the file format prescribes)."""
+        """``get_inputs()`` under ``seed`` (CPU tensors, as the file format prescribes, unless ``draw_device``)."""
         seed_all(seed)
+        if self.draw_device is not None:
+            try:
+                with self.draw_device:
+                    return list(self.module.get_inputs())
+            except Exception:  # CPU-only input code: every later draw of this process on the CPU
+                self.draw_device = None
+                seed_all(seed)
         return list(self.module.get_inputs())
 
 

@@ -34,7 +34,10 @@ __all__ = ["serve_reference"]
 def _program(cache: dict[str, ProgramModule], req: dict[str, Any]) -> ProgramModule:
     key = str(req["task_hash"])
     if key not in cache:
-        cache[key] = ProgramModule(load_program(req["task_source"], "reference", "<reference>"))
+        device = torch.device(req["device"])
+        cache[key] = ProgramModule(
+            load_program(req["task_source"], "reference", "<reference>"), device if device.type == "cuda" else None
+        )
     return cache[key]
 
 

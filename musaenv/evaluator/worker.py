@@ -319,7 +319,10 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     except RuntimeError as e:  # the device's runtime is missing here: the harness's problem, not the candidate's
         chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": str(e)}})
         return
-    program = ProgramModule(load_program(req["task_source"], "reference_inputs", "<reference>"))
+    gpu_draws = device.type == "cuda" and not req.get("compile_only")
+    program = ProgramModule(
+        load_program(req["task_source"], "reference_inputs", "<reference>"), device if gpu_draws else None
+    )
     # On the CPU every input is drawn now, outside the device slot and before any candidate code runs.
     drawn = draw_inputs(req, program) if device.type == "cpu" else DrawnInputs.nothing()
     state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))

@@ -1,0 +1,44 @@
+"""Input drawing of the harness: seeded, and straight on the device for GPU tiers."""
+
+from __future__ import annotations
+
+import torch
+
+from musaenv.evaluator.harness import ProgramModule, load_program
+
+FACTORY_ONLY = """
+import torch
+n = 8
+def get_inputs():
+    return [torch.randn(n, n), torch.randint(0, 5, (n,)), 3]
+def get_init_inputs():
+    return []
+"""
+
+CPU_ONLY = """
+import torch
+def get_inputs():
+    a = torch.randn(16)
+    return [torch.from_numpy(a.numpy() * 2)]  # .numpy() needs a CPU tensor
+def get_init_inputs():
+    return []
+"""
+
+
+def _program(source: str, device: str | None) -> ProgramModule:
+    return ProgramModule(load_program(source, "t", "<t>"), torch.device(device) if device else None)
+
+
+def test_inputs_are_drawn_on_the_draw_device():
+    # "meta" stands in for a GPU here: the factory calls of get_inputs follow the device context.
+    drawn = _program(FACTORY_ONLY, "meta").inputs(7)
+    assert [x.device.type for x in drawn[:2]] == ["meta", "meta"] and drawn[2] == 3
+    a, b = _program(FACTORY_ONLY, None).inputs(7), _program(FACTORY_ONLY, None).inputs(7)
+    assert a[0].device.type == "cpu" and torch.equal(a[0], b[0])  # seeded
+
+
+def test_cpu_only_input_code_falls_back_to_the_cpu_for_good():
+    program = _program(CPU_ONLY, "meta")
+    first = program.inputs(3)
+    assert program.draw_device is None and first[0].device.type == "cpu"
+    assert torch.equal(first[0], _program(CPU_ONLY, None).inputs(3)[0])  # same values as a plain CPU draw
