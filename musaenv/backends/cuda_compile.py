@@ -35,7 +35,11 @@ from typing import IO, Any
 from musaenv import _env
 from musaenv.errors import BackendUnavailableError
 
-__all__ = ["CompileCheck", "cuda_compile_check"]
+__all__ = ["CHECK_VERSION", "CompileCheck", "cuda_compile_check"]
+
+# Part of the cached verdict's name: bump it when the check's commands change, so verdicts of the old commands
+# are not reused (2: torch <= 2.8's shell-quoted pybind11 ABI defines are split as a shell would).
+CHECK_VERSION = 2
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +145,8 @@ def _torch_build_flags() -> tuple[list[str], list[str], str]:
         warnings.simplefilter("ignore")
         for helper in ("_get_pybind11_abi_build_flags", "_get_glibcxx_abi_build_flags"):
             flags: list[str] | None = getattr(cpp_extension, helper, lambda: [])()
-            defines += list(flags or [])
+            # Written for a shell (torch <= 2.8 quotes them as -DPYBIND11_COMPILER_TYPE=\\"_gcc\\"); no shell here.
+            defines += [word for flag in flags or [] for word in shlex.split(flag)]
     if not any((Path(p) / "c10/cuda/impl/cuda_cmake_macros.h").exists() for p in includes):
         # A CPU build of torch ships c10/cuda headers without this generated file; torch's own escape
         # hatch (c10/cuda/CUDAMacros.h) skips it. It only sets Windows DLL export macros.

@@ -380,9 +380,9 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
 
 
 def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float) -> BuildOutcome:
-    from musaenv.backends.cuda_compile import cuda_compile_check
+    from musaenv.backends.cuda_compile import CHECK_VERSION, cuda_compile_check
 
-    verdict = final_dir / "compile_only.json"
+    verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
     cached = _read_json(verdict)
     if cached:
         return BuildOutcome(
