@@ -95,6 +95,7 @@ def resolve_backend(name: str = "auto") -> BackendInfo:
             raise BackendUnavailableError("backend 'triton' needs the triton package: pip install 'musaenv[triton]'")
         if _cuda_device_present():
             return BackendInfo("triton", "cuda", "gpu")
+        _require_interpreter_triton()
         return BackendInfo("triton", "cpu", "cpu", reason="no GPU: Triton kernels run in TRITON_INTERPRET=1 mode")
     if _musa_present():
         return BackendInfo("musa", "musa", "gpu")
@@ -102,3 +103,26 @@ def resolve_backend(name: str = "auto") -> BackendInfo:
         "backend 'musa' needs torch_musa and a Moore Threads GPU; torch_musa is not importable here "
         "(install Moore Threads' torch_musa wheel matching your torch, or use backend='cpu')"
     )
+
+
+# Triton's interpreter before 3.2 loses the tl.constexpr of kernel arguments when the kernel's module is not in
+# sys.modules (tl.arange(0, BLOCK) fails with "arange's arguments must be of type tl.constexpr"), and candidates
+# are loaded that way. Seen with 3.0 and 3.1; 3.2, 3.6 and 3.9 run the shipped solutions.
+_MIN_INTERPRETER_TRITON = (3, 2)
+
+
+def _require_interpreter_triton() -> None:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("triton")
+        found = tuple(int(p) for p in version.split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return  # a source build or an unusual version string: let the interpreter speak for itself
+    if found < _MIN_INTERPRETER_TRITON:
+        want = ".".join(map(str, _MIN_INTERPRETER_TRITON))
+        raise BackendUnavailableError(
+            f"backend 'triton' without a GPU runs kernels in Triton's interpreter, which needs triton >= {want} "
+            f"here (found {version}: its interpreter loses tl.constexpr arguments of kernels loaded the way "
+            f"musaenv loads candidates). Install triton>={want} (a GPU machine uses Triton's compiler instead)."
+        )

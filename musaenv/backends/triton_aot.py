@@ -196,10 +196,8 @@ class _Recorder:
         self._seen: set[int] = set()
 
     def compile_launch(self, run: Any, jit_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        from triton.runtime.jit import MockTensor
-
-        mocked = [MockTensor(a.dtype, list(a.shape)) if _is_tensor(a) else a for a in args]
-        mocked_kw = {k: MockTensor(v.dtype, list(v.shape)) if _is_tensor(v) else v for k, v in kwargs.items()}
+        mocked = [_mock(a) if _is_tensor(a) else a for a in args]
+        mocked_kw = {k: _mock(v) if _is_tensor(v) else v for k, v in kwargs.items()}
         name = getattr(jit_fn, "__name__", "kernel")
         started = time.monotonic()
         try:
@@ -216,6 +214,16 @@ class _Recorder:
 
 class _CompileFailed(Exception):
     """Stops the candidate's forward at the first kernel that does not compile."""
+
+
+def _mock(t: Any) -> Any:
+    """Triton's stand-in for a tensor argument: dtype and shape (triton < 3.2 takes the dtype only)."""
+    from triton.runtime.jit import MockTensor
+
+    try:
+        return MockTensor(t.dtype, list(t.shape))
+    except TypeError:
+        return MockTensor(t.dtype)
 
 
 def _is_tensor(x: Any) -> bool:

@@ -127,10 +127,16 @@ def _install_compat_shims(interpreter: Any, tl: Any) -> None:
         return
 
     @functools.wraps(patch_tensor)
-    def patched(tensor: Any, scope: Any) -> None:
-        patch_tensor(tensor, scope)
-        # ``.item()`` takes a one-element array of any rank and still refuses a block, as ``int()`` did.
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+    def patched(tensor: Any, *scope: Any) -> None:  # triton < 3.5 sets the attributes directly, without a scope
+        patch_tensor(tensor, *scope)
+
+        def index(self: Any) -> int:  # ``.item()`` takes a one-element array of any rank, refuses a block
+            return int(self.handle.data.item())
+
+        if scope:
+            scope[0].set_attr(tensor, "__index__", index)
+        else:
+            tensor.__index__ = index
 
     patched.__musaenv_guard__ = True  # type: ignore[attr-defined]
     interpreter._patch_lang_tensor = patched

@@ -15,7 +15,10 @@ from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source
 from musaenv.types import Stage
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+TRITON = tuple(int(p) for p in triton.__version__.split(".")[:2])
+if TRITON < (3, 2):
+    pytest.skip("Triton's interpreter needs triton >= 3.2 here (musaenv refuses older ones)", allow_module_level=True)
 
 pytestmark = pytest.mark.slow
 
@@ -118,6 +121,9 @@ class ModelNew(nn.Module):
 
 def test_kernel_correct_in_the_interpreter_but_not_compilable_is_a_compile_error(evaluator):
     r = evaluator.evaluate(get_task("l1_relu"), SMALL_DOT, seed=6)
+    if TRITON < (3, 6) and r.stage is Stage.RUNTIME_ERROR:  # older front ends refuse the tile in the interpreter
+        assert ">= 16" in r.runtime_log, r.runtime_log[-2000:]
+        return
     assert r.stage is Stage.COMPILE_ERROR, r.to_dict()
     assert r.trials_passed == r.trials_total == 5  # the interpreter's run was right
     assert not r.extra["triton_aot"]["ok"] and r.extra["triton_aot"]["inconclusive"] is None
@@ -199,4 +205,7 @@ def test_aot_check_reports_a_compile_error_with_the_source_line():
     broken = _RELU_TEMPLATE.format(body=body, pre="", post="")
     check = triton_aot_check(get_task("l1_relu").source, broken, shape={"batch_size": 7, "dim": 1001})
     assert not check.ok and check.inconclusive is None
+    if TRITON < (3, 6):  # older front ends raise a bare AttributeError, without the source line
+        assert "no_such_function" in check.log, check.log
+        return
     assert "CompilationError" in check.log and "tl.no_such_function(x)" in check.log
