@@ -47,8 +47,9 @@ class ReferenceError_(Exception):
 class RefOutputs:
     """Reference results for one plan: per-trial outputs (arrays, dtypes), recheck outputs, timing.
 
-    ``rechecks`` reproduce the timed calls ``recheck_calls`` (compared in full), then ``probe_calls`` (compared
-    with the worker's output fingerprints), in that order.
+    ``rechecks`` reproduce the timed calls ``recheck_calls`` (compared in full); ``probe_stats`` hold, per call of
+    ``probe_calls``, the reference's ``[sum, sum^2, sum |r|, n]`` per output (the worker's fingerprints of those
+    calls are checked against them; no output array is sent for a probe).
     """
 
     trials: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
@@ -56,6 +57,7 @@ class RefOutputs:
     timing: TimingStats | None = None
     recheck_calls: list[int] = field(default_factory=list)
     probe_calls: list[int] = field(default_factory=list)
+    probe_stats: list[Any] = field(default_factory=list)
     timing_note: str = ""  # set when the timed baseline is not the one asked for (torch.compile failed)
     # Per timed call of the eager reference timed in this run (same pool and call order as the candidate's),
     # ``[sum, sum^2, sum |r|, n]`` per output: every timed call of the candidate is checked against them.
@@ -166,12 +168,12 @@ class ReferenceService:
         """Compute reference outputs (and timing, unless cached); retries once on a dead worker.
 
         ``recheck_calls``: timed calls whose outputs are rechecked (default: the plan's ``keep``);
-        ``probe_calls``: timed calls whose fingerprints are checked (reference outputs after the rechecks').
+        ``probe_calls``: timed calls whose fingerprints are checked (the reference sends its stats of them).
         """
         calls = list(plan.keep if recheck_calls is None else recheck_calls)
         for attempt in (1, 2):
             try:
-                out = self._run_once(task, plan, timing_cfg, timeout_s, calls + list(probe_calls))
+                out = self._run_once(task, plan, timing_cfg, timeout_s, calls, list(probe_calls))
                 out.recheck_calls, out.probe_calls = calls, list(probe_calls)
                 return out
             except (EOFError, ProtocolError, OSError, TimeoutError) as e:
@@ -183,9 +185,15 @@ class ReferenceService:
         raise ReferenceError_(f"reference computation failed twice: {err}")
 
     def _request(
-        self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, calls: Sequence[int] | None = None
+        self,
+        task: Task,
+        plan: EvalPlan,
+        timing_cfg: dict[str, Any] | None,
+        calls: Sequence[int] | None = None,
+        probes: Sequence[int] = (),
     ) -> dict[str, Any]:
         cached = self.cached_timing(task, plan) if timing_cfg else None
+        stats = [{**t, "stats": True} for t in plan.trials_json(plan.recheck_trials(probes))[len(plan.trials) :]]
         return {
             "type": "reference",
             "task_hash": task.source_hash,
@@ -194,7 +202,7 @@ class ReferenceService:
             "init_seed": plan.init_seed,
             "device": self.device,
             "cpu_threads": self.cpu_threads,
-            "trials": plan.trials_json(plan.recheck_trials(calls)),
+            "trials": plan.trials_json(plan.recheck_trials(calls)) + stats,
             "timing": timing_cfg if (timing_cfg and cached is None) else None,
             "draw_id": _draw_id(task, plan),
             "atol": task.atol,
@@ -219,10 +227,16 @@ class ReferenceService:
             log.debug("reference inputs not drawn ahead: %s", e)
 
     def _run_once(
-        self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None, timeout_s: float, calls: list[int]
+        self,
+        task: Task,
+        plan: EvalPlan,
+        timing_cfg: dict[str, Any] | None,
+        timeout_s: float,
+        calls: list[int],
+        probes: list[int],
     ) -> RefOutputs:
         worker = self._ensure_worker()
-        req = self._request(task, plan, timing_cfg, calls)
+        req = self._request(task, plan, timing_cfg, calls, probes)
         cached = self._cached(task, plan) if timing_cfg and not req["timing"] else None
         worker.chan.send(req)
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
@@ -234,7 +248,9 @@ class ReferenceService:
             if got is None:
                 raise TimeoutError(f"reference for {task.id} took longer than {timeout_s:.0f} s")
             msg, arrays = got
-            if msg.get("type") == "trial":
+            if msg.get("type") == "trial" and "stats" in msg:
+                out.probe_stats.append(msg["stats"])
+            elif msg.get("type") == "trial":
                 collected.append((arrays, list(msg.get("dtypes", []))))
             elif msg.get("type") == "timing":
                 out.timing = TimingStats.from_samples(msg["samples_ms"])

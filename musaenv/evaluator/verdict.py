@@ -9,7 +9,6 @@ from musaenv.evaluator.reference import RefOutputs
 from musaenv.types import EvalResult, Stage, TimingStats
 from musaenv.verification.compare import (
     compare_outputs,
-    fingerprint_matches,
     fingerprints_agree,
     trivial_output_passes,
 )
@@ -76,10 +75,10 @@ def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bo
             return False
         pos += n
     prints = msg.get("fingerprints")
-    for (rarr, _), call in zip(ref.rechecks[n_kept:], ref.probe_calls):
+    for stats, call in zip(ref.probe_stats, ref.probe_calls):
         if not isinstance(prints, list) or not 0 <= call < len(prints):
             return False
-        if not fingerprint_matches(prints[call], rarr, atol, rtol):
+        if not fingerprints_agree(prints[call], stats, atol, rtol):
             return False
     if ref.timing_prints is not None:  # the reference was timed in this run: every timed call is checked
         if not isinstance(prints, list):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TrialComparison", "compare_outputs", "fingerprint_matches", "fingerprints_agree", "trivial_output_passes"]
+__all__ = ["TrialComparison", "compare_outputs", "fingerprints_agree", "trivial_output_passes"]
 
 
 @dataclass(frozen=True)
@@ -161,24 +161,10 @@ def _consistent(fp: object, stats: Sequence[float], atol: float, rtol: float) ->
     return abs(s_c - s_r) <= sum_e + 1e-5 * a_r + 1e-6 and abs(q_c - q_r) <= sum_q + 1e-5 * q_r + 1e-6
 
 
-def fingerprint_matches(prints: object, ref: Sequence[np.ndarray], atol: float, rtol: float) -> bool:
-    """Could outputs whose ``[sum, sum of squares]`` are ``prints`` be within tolerance of ``ref``? (see
-    :func:`_consistent`; the reference's stats are taken here in float64)."""
-    if not isinstance(prints, list) or len(prints) != len(ref):
-        return False
-    for fp, r in zip(prints, ref):
-        stats = np.zeros(3)  # sum r, sum r^2, sum |r|
-        for c in _chunks64(r.view(r.real.dtype) if np.iscomplexobj(r) else r):
-            stats += (c.sum(), (c * c).sum(), np.abs(c).sum())
-        n = r.size * (2 if np.iscomplexobj(r) else 1)
-        if not _consistent(fp, [*stats.tolist(), n], atol, rtol):
-            return False
-    return True
-
-
 def fingerprints_agree(prints: object, ref_stats: object, atol: float, rtol: float) -> bool:
-    """:func:`fingerprint_matches` against the reference's own stats (``[sum, sum^2, sum |r|, n]`` per output,
-    taken by the reference worker) instead of its arrays: no reference output has to reach the parent."""
+    """Could outputs whose ``[sum, sum of squares]`` are ``prints`` be within tolerance of reference outputs whose
+    ``[sum, sum^2, sum |r|, n]`` are ``ref_stats`` (taken by the reference worker, so no reference output has to
+    reach the parent)? See :func:`_consistent`."""
     if not isinstance(prints, list) or not isinstance(ref_stats, list) or len(prints) != len(ref_stats):
         return False
     return all(isinstance(st, list) and _consistent(fp, st, atol, rtol) for fp, st in zip(prints, ref_stats))
