@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 WORKER_START_TIMEOUT_S = 180.0
 
 
-def _checked_calls(plan: EvalPlan, run: CandidateRun) -> tuple[list[int], list[int]]:
+def _checked_calls(plan: EvalPlan, run: CandidateRun, probes: int) -> tuple[list[int], list[int]]:
     """Timed calls to recheck in full (the plan's, plus the last one that ran) and to probe by fingerprint.
 
     Both depend on how many calls ran, known only now; the probes come from a seed the worker never saw.
@@ -41,7 +41,7 @@ def _checked_calls(plan: EvalPlan, run: CandidateRun) -> tuple[list[int], list[i
     if not isinstance(samples, list) or not samples:
         return list(plan.keep), []
     kept = sorted({*plan.keep, len(samples) - 1})
-    return kept, plan.probe_calls(len(samples), kept)
+    return kept, plan.probe_calls(len(samples), kept, probes)
 
 
 class LocalEvaluator:
@@ -184,8 +184,9 @@ class LocalEvaluator:
                 limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
                 if timed and timing and timing["baseline"] == "compile":
                     limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
+                checked = _checked_calls(plan, run, self.config.timing.probes)
                 with (self._device_slot if timed else None) or nullcontext():
-                    ref = self._reference.run(task, plan, timing, limit_s, *_checked_calls(plan, run))
+                    ref = self._reference.run(task, plan, timing, limit_s, *checked)
             except ReferenceError_ as e:
                 return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
         result = judge(

@@ -212,8 +212,12 @@ def test_address_keyed_caches_gain_nothing(suite: Suite, name: str) -> None:
 
 
 @pytest.mark.parametrize("name", EVERY_CALL)
-def test_side_by_side_reference_checks_every_timed_call(suite: Suite, name: str) -> None:
-    timing = TimingConfig(warmup=1, repeats=20, max_time_s=5.0, reference="every")
+@pytest.mark.parametrize("mode", ["reference_every", "all_probed"])
+def test_every_timed_call_checked(suite: Suite, name: str, mode: str) -> None:
+    # Side by side, the reference's own timed outputs check every call; with the cached reference, probes
+    # covering all 17 calls the fixed checks leave do the same at a reference forward each.
+    timing = TimingConfig(warmup=1, repeats=20, max_time_s=5.0)
+    timing = timing.replace(reference="every") if mode == "reference_every" else timing.replace(probes=17)
     with RuntimeOnlyEvaluator("cpu", dataclasses.replace(RUNTIME_ONLY, timing=timing)) as ev:
         for seed in (1, 2, 3):
             r = ev.evaluate(suite.tasks["relu"], render(name), seed=seed)
