@@ -14,12 +14,9 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import logging
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -28,11 +25,11 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from musaenv import _env
+from musaenv.backends.buildspec import BuildSpec, toolchain_fingerprint
 
 __all__ = [
     "BUILD_MODES",
@@ -49,110 +46,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_LIST_KWARGS = (
-    "cpp_sources",
-    "cuda_sources",
-    "extra_cflags",
-    "extra_cuda_cflags",
-    "extra_ldflags",
-    "extra_include_paths",
-)
 _STALE_BUILD_AGE_S = 6 * 3600
 BUILD_MODES = ("fast", "pch", "torch")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
 _BUILD_MEMORY_GB = 1.5
-
-
-@dataclass(frozen=True)
-class BuildSpec:
-    """What one ``load_inline`` call asked for, normalised and JSON-safe.
-
-    Attributes:
-        cpp_sources: C++ sources (torch prepends ``#include <torch/extension.h>`` to the first).
-        cuda_sources: CUDA sources.
-        functions: Names to bind (list) or name -> docstring (dict), or ``None``.
-        extra_cflags: Extra host compiler flags.
-        extra_cuda_cflags: Extra nvcc flags.
-        extra_ldflags: Extra linker flags.
-        extra_include_paths: Extra include directories.
-        with_cuda: Force CUDA on/off (``None``: when there are CUDA sources).
-        backend: Backend that requested the build (part of the cache key).
-        compile_only: Compile without producing a loadable module (no device present).
-    """
-
-    cpp_sources: tuple[str, ...] = ()
-    cuda_sources: tuple[str, ...] = ()
-    functions: tuple[str, ...] | dict[str, str] | None = None
-    extra_cflags: tuple[str, ...] = ()
-    extra_cuda_cflags: tuple[str, ...] = ()
-    extra_ldflags: tuple[str, ...] = ()
-    extra_include_paths: tuple[str, ...] = ()
-    with_cuda: bool | None = None
-    backend: str = "cpu"
-    compile_only: bool = False
-
-    @classmethod
-    def from_load_inline(cls, kwargs: dict[str, Any], backend: str, compile_only: bool = False) -> BuildSpec:
-        """Normalise the keyword arguments of a candidate's ``load_inline`` call.
-
-        Raises:
-            TypeError: an argument has a type ``load_inline`` would not accept either.
-        """
-        norm: dict[str, Any] = {}
-        for key in _LIST_KWARGS:
-            v = kwargs.get(key)
-            if v is None:
-                v = []
-            if isinstance(v, str):
-                v = [v]
-            if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
-                raise TypeError(f"load_inline: {key} must be a string or a list of strings")
-            norm[key] = tuple(v)
-        fns = kwargs.get("functions")
-        if isinstance(fns, str):
-            fns = (fns,)
-        if isinstance(fns, dict):
-            if not all(isinstance(k, str) and isinstance(d, str) for k, d in fns.items()):
-                raise TypeError("load_inline: functions dict must map names to docstrings")
-            fns = dict(fns)
-        elif fns is not None:
-            if not isinstance(fns, (list, tuple)) or not all(isinstance(s, str) for s in fns):
-                raise TypeError("load_inline: functions must be a list of names")
-            fns = tuple(fns)
-        with_cuda = kwargs.get("with_cuda")
-        return cls(
-            functions=fns,
-            with_cuda=None if with_cuda is None else bool(with_cuda),
-            backend=backend,
-            compile_only=compile_only,
-            **norm,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict."""
-        d = asdict(self)
-        for k, v in d.items():
-            if isinstance(v, tuple):
-                d[k] = list(v)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BuildSpec:
-        """Inverse of :meth:`to_dict`."""
-        kw = dict(d)
-        for k in _LIST_KWARGS:
-            kw[k] = tuple(kw.get(k) or ())
-        if isinstance(kw.get("functions"), list):
-            kw["functions"] = tuple(kw["functions"])
-        return cls(**kw)
-
-    @property
-    def name(self) -> str:
-        """Content-hash module name: sources, flags and toolchain fingerprint."""
-        h = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode())
-        h.update(_toolchain_fingerprint().encode())
-        return f"musaenv_{h.hexdigest()[:24]}"
 
 
 @dataclass(frozen=True)
@@ -232,26 +130,6 @@ def configure_builds(mode: str | None = None, max_parallel: int | None = None) -
         _SETTINGS.max_parallel = max_parallel
         _SETTINGS.slots = threading.BoundedSemaphore(max_parallel)
     return _SETTINGS.mode, _SETTINGS.max_parallel
-
-
-def toolchain_fingerprint() -> str:
-    """torch version, Python version, machine and compiler version (part of every cache key)."""
-    return _toolchain_fingerprint()
-
-
-@functools.lru_cache(maxsize=1)
-def _toolchain_fingerprint() -> str:
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = "none"
-    cxx = os.environ.get("CXX", "c++")
-    try:
-        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10).stdout
-        cxx_version = out.splitlines()[0] if out else cxx
-    except (OSError, subprocess.SubprocessError):
-        cxx_version = cxx
-    return "|".join([torch_version, f"py{sys.version_info[0]}.{sys.version_info[1]}", platform.machine(), cxx_version])
 
 
 def ext_cache_root() -> Path:
