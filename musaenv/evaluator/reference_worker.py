@@ -118,8 +118,8 @@ def _compiled(model: Any, pool: list[list[Any]], device: torch.device) -> tuple[
     When torch.compile fails on this program the eager model is timed instead, and the timing message says so
     (``baseline: eager`` and why): the evaluation keeps its verdict and the speedup is marked, never lost.
     """
-    compiled = torch.compile(model)
-    try:
+    try:  # torch.compile itself can fail too (e.g. an inductor that does not match the installed triton)
+        compiled = torch.compile(model)
         with torch.no_grad():
             compiled(*clone_args(to_device(pool[0], device)))
     except Exception as e:
