@@ -14,11 +14,11 @@ from musaenv.tasks.task import Shape, Task
 __all__ = ["EvalPlan", "make_plan"]
 
 RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
-# Further timed calls, picked after the run, whose output fingerprints are checked (TimingConfig.probes). Each
-# costs the reference a draw and a forward (~15 ms on l1_relu's CPU tier); two catch a cheat that fakes half of
-# the 17 unchecked calls of 20 (enough to move the median) 79 % of the time; of 5 timed calls at most one is left
-# unchecked. When the eager reference is timed in the same run (reference="every"), every timed call is checked.
-PROBE_CALLS = 2
+# Further timed calls, picked after the run, whose output fingerprints are checked: TimingConfig.probes (4), the
+# default here. Each costs the reference a draw and a forward (~15 ms on l1_relu's CPU tier); four catch a cheat
+# that fakes half of the 17 unchecked calls of 20 (enough to move the median) 98.5 % of the time, two 79 %. When
+# the eager reference is timed in the same run (reference="every"), every timed call is checked.
+PROBE_CALLS = 4
 
 
 @dataclass(frozen=True)

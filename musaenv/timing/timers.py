@@ -8,7 +8,6 @@ the clock starts and before it stops. The median is the statistic that speedups 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DeviceClock", "TimedRun", "clone_args", "output_fingerprint", "time_forward"]
+__all__ = ["FINGERPRINT_BLOCKS", "DeviceClock", "TimedRun", "clone_args", "output_fingerprint", "time_forward"]
 
 
 def clone_args(args: Sequence[Any]) -> list[Any]:
@@ -57,24 +56,32 @@ class TimedRun:
         samples_ms: Per-call times (device events on GPUs, host time around synchronised calls on the CPU).
         host_samples_ms: Synchronised host wall time per call (cross-checks device events against side streams).
         kept_outputs: Outputs of the calls whose index was asked for (for a correctness recheck).
-        fingerprints: Per timed call, ``[sum, sum of squares]`` of each tensor output (taken after the call's
-            clock stopped), so the parent can check calls it picks only after the run.
+        fingerprints: Per timed call, :func:`output_fingerprint` of its output (taken after the call's clock
+            stopped), so the parent can check calls it picks only after the run.
     """
 
     samples_ms: list[float]
     host_samples_ms: list[float]
     kept_outputs: dict[int, Any]
-    fingerprints: list[list[list[float]]] = field(default_factory=list)
+    fingerprints: list[list[list[list[float]]]] = field(default_factory=list)
 
 
-def output_fingerprint(out: Any, reference: bool = False) -> list[list[float]]:
-    """``[sum, sum of squares]`` of each tensor in ``out`` (a tensor, or a tuple/list of them), as floats;
-    ``reference``: ``[sum, sum of squares, sum of absolute values, count]``, which bound any output within
-    tolerance of this one (:func:`musaenv.verification.compare.fingerprints_agree`).
+# Blocks per output fingerprint. One sum over a whole output is too coarse: the tolerance bound grows with the
+# element count n while a stale output's sum drifts only with sqrt(n), so a relu of another random input of
+# 262,144 elements passed a whole-output probe ~2 % of the time (and would pass most of the time at 16M
+# elements). Per block of n/64 elements the bound is ~64 times tighter against the same drift.
+FINGERPRINT_BLOCKS = 64
 
-    Accumulated in float32 at least (half-precision sums overflow at 65504: an honest fp16 output summing past it
-    was refused as a timing cheat) with torch's pairwise sum: ``linalg.vector_norm`` in float32 was off by 5e-5
-    relative on 2M elements, more than the check's slack, while ``(x * x).sum()`` is within 1e-7.
+
+def output_fingerprint(out: Any, reference: bool = False) -> list[list[list[float]]]:
+    """Per tensor in ``out`` (a tensor, or a tuple/list of them), per block of its flattened elements:
+    ``[sum, sum of squares]``; ``reference``: ``[sum, sum of squares, sum of absolute values, count]``, which
+    bound any output within tolerance of this one (:func:`musaenv.verification.compare.fingerprints_agree`).
+
+    Blocks: :data:`FINGERPRINT_BLOCKS` equal runs, plus the remainder as one more. Accumulated in float32 at
+    least (half-precision sums overflow at 65504: an honest fp16 output summing past it was refused as a timing
+    cheat) with torch's pairwise sum (``linalg.vector_norm`` in float32 was off by 5e-5 relative on 2M elements,
+    more than the check's slack); in float64 again where float32 overflows.
     """
     items = list(out) if isinstance(out, (tuple, list)) else [out]
     prints = []
@@ -87,12 +94,29 @@ def output_fingerprint(out: Any, reference: bool = False) -> list[list[float]]:
             x = x.double()
         elif x.element_size() < 4:
             x = x.float()
-        total, squares = float(x.sum()), float((x * x).sum())
-        if not (math.isfinite(total) and math.isfinite(squares)) and x.dtype != torch.float64:
-            x = x.double()  # squares of finite float32 values past 1.8e19 overflow: exact again in float64
-            total, squares = float(x.sum()), float((x * x).sum())
-        prints.append([total, squares, float(x.abs().sum()), float(x.numel())] if reference else [total, squares])
+        prints.append(_block_stats(x.reshape(-1), reference))
     return prints
+
+
+def _block_stats(flat: torch.Tensor, reference: bool) -> list[list[float]]:
+    n = flat.numel()
+    blocks = max(1, min(FINGERPRINT_BLOCKS, n))
+    per = n // blocks
+    pieces = [flat[: blocks * per].view(blocks, per)]
+    if n > blocks * per:
+        pieces.append(flat[blocks * per :].view(1, -1))
+    rows: list[list[float]] = []
+    for piece in pieces:
+        sums, squares = piece.sum(dim=1), (piece * piece).sum(dim=1)
+        if piece.dtype != torch.float64 and not bool(torch.isfinite(sums).all() and torch.isfinite(squares).all()):
+            piece = piece.double()  # squares of finite float32 values past 1.8e19 overflow: exact in float64
+            sums, squares = piece.sum(dim=1), (piece * piece).sum(dim=1)
+        if reference:
+            stats = torch.stack([sums, squares, piece.abs().sum(dim=1)], dim=1).tolist()
+            rows += [[*row, float(piece.shape[1])] for row in stats]
+        else:
+            rows += torch.stack([sums, squares], dim=1).tolist()
+    return rows
 
 
 def time_forward(
@@ -120,7 +144,7 @@ def time_forward(
     samples: list[float] = []
     host: list[float] = []
     kept: dict[int, Any] = {}
-    prints: list[list[list[float]]] = []
+    prints: list[list[list[list[float]]]] = []
     deadline = time.perf_counter() + max_time_s
     for i in range(repeats):
         args = clone_args(inputs[i % len(inputs)])

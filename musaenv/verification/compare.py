@@ -162,9 +162,15 @@ def _consistent(fp: object, stats: Sequence[float], atol: float, rtol: float) ->
 
 
 def fingerprints_agree(prints: object, ref_stats: object, atol: float, rtol: float) -> bool:
-    """Could outputs whose ``[sum, sum of squares]`` are ``prints`` be within tolerance of reference outputs whose
-    ``[sum, sum^2, sum |r|, n]`` are ``ref_stats`` (taken by the reference worker, so no reference output has to
-    reach the parent)? See :func:`_consistent`."""
+    """Could outputs with fingerprints ``prints`` (per output, per block: ``[sum, sum of squares]``) be within
+    tolerance of reference outputs whose per-block ``[sum, sum^2, sum |r|, n]`` are ``ref_stats`` (taken by the
+    reference worker, so no reference output has to reach the parent)? Every block must pass :func:`_consistent`.
+    """
     if not isinstance(prints, list) or not isinstance(ref_stats, list) or len(prints) != len(ref_stats):
         return False
-    return all(isinstance(st, list) and _consistent(fp, st, atol, rtol) for fp, st in zip(prints, ref_stats))
+    for blocks, ref_blocks in zip(prints, ref_stats):
+        if not isinstance(blocks, list) or not isinstance(ref_blocks, list) or len(blocks) != len(ref_blocks):
+            return False
+        if not all(isinstance(st, list) and _consistent(fp, st, atol, rtol) for fp, st in zip(blocks, ref_blocks)):
+            return False
+    return True

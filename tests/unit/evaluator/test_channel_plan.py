@@ -67,7 +67,7 @@ def test_probe_calls_are_seeded_disjoint_from_the_rechecked_ones_and_cover_short
     plan = make_plan(task, "cpu", EvalConfig(timing=TimingConfig(repeats=20)), 3)
     kept = sorted({*plan.keep, 19})
     probes = plan.probe_calls(20, kept)
-    assert len(probes) == 2 and not set(probes) & set(kept) and all(0 <= p < 20 for p in probes)
+    assert len(probes) == 4 and not set(probes) & set(kept) and all(0 <= p < 20 for p in probes)
     assert probes == plan.probe_calls(20, kept)  # a function of the plan's secret seed
     for seed in range(20):  # 5 timed calls (the test suites' timing): at most one is left unchecked
         short = make_plan(task, "cpu", EvalConfig(timing=TimingConfig(repeats=5)), seed)

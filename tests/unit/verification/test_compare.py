@@ -41,18 +41,26 @@ def test_trivial_output_guard():
     assert not trivial_output_passes([R], 1e-4, 1e-4)
 
 
-def _prints(*arrays: np.ndarray) -> list[list[float]]:
-    return [[float(a.astype(np.float64).sum()), float((a.astype(np.float64) ** 2).sum())] for a in arrays]
+def _blocks(a: np.ndarray) -> list[np.ndarray]:
+    """``a`` flattened in float64 and cut as the worker cuts outputs for fingerprints."""
+    from musaenv.timing.timers import FINGERPRINT_BLOCKS
+
+    r = (a.view(a.real.dtype) if np.iscomplexobj(a) else a).astype(np.float64).reshape(-1)
+    blocks = max(1, min(FINGERPRINT_BLOCKS, r.size))
+    per = r.size // blocks
+    pieces = list(r[: blocks * per].reshape(blocks, per))
+    return pieces + ([r[blocks * per :]] if r.size > blocks * per else [])
 
 
-def _stats(*arrays: np.ndarray) -> list[list[float]]:
-    """Reference stats ``[sum, sum^2, sum |r|, n]`` per output, in float64."""
-    out = []
-    for a in arrays:
-        r = a.view(a.real.dtype) if np.iscomplexobj(a) else a
-        r = r.astype(np.float64)
-        out.append([float(r.sum()), float((r * r).sum()), float(np.abs(r).sum()), float(r.size)])
-    return out
+def _prints(*arrays: np.ndarray) -> list[list[list[float]]]:
+    """Candidate fingerprints (per output, per block: sum, sum of squares), in float64."""
+    return [[[float(b.sum()), float((b * b).sum())] for b in _blocks(a)] for a in arrays]
+
+
+def _stats(*arrays: np.ndarray) -> list[list[list[float]]]:
+    """Reference stats (per output, per block: sum, sum^2, sum |r|, n), in float64."""
+    return [[[float(b.sum()), float((b * b).sum()), float(np.abs(b).sum()), float(b.size)] for b in _blocks(a)]
+            for a in arrays]  # fmt: skip
 
 
 def test_fingerprints_of_outputs_within_tolerance_always_match() -> None:
@@ -73,8 +81,27 @@ def test_fingerprints_of_wrong_outputs_do_not_match() -> None:
     for wrong in (np.zeros_like(ref), stale, ref * 1.01, ref[::-1] * -1):
         assert not fingerprints_agree(_prints(wrong), _stats(ref), 1e-4, 1e-4)
     assert not fingerprints_agree(_prints(ref, ref), _stats(ref), 1e-4, 1e-4)  # wrong number of outputs
-    assert not fingerprints_agree([[float("nan"), 1.0]], _stats(ref), 1e-4, 1e-4)
+    assert not fingerprints_agree([_prints(ref)[0][:-1]], _stats(ref), 1e-4, 1e-4)  # wrong number of blocks
+    n_blocks = len(_blocks(ref))  # 64 x 257 elements: 64 blocks, no remainder
+    assert not fingerprints_agree([[[float("nan"), 1.0]] * n_blocks], _stats(ref), 1e-4, 1e-4)
     assert not fingerprints_agree("forged", _stats(ref), 1e-4, 1e-4)
+    assert fingerprints_agree(_prints(ref), [[[float("nan"), 1.0, 1.0, 3.0]] * n_blocks], 1e-4, 1e-4)  # to trials
+
+
+def test_a_stale_output_of_the_same_distribution_never_passes() -> None:
+    """relu of another random input, 262,144 elements (l1_relu's timing shape): one sum over the whole output
+    let 2 of these 200 draws through (and one stale output in s12_late_window_py); per-block sums catch all."""
+    rng = np.random.default_rng(3)
+    ref = np.maximum(rng.standard_normal(1 << 18), 0).astype(np.float32)
+    stats = _stats(ref)
+    whole = [[[float(ref.sum()), float((ref.astype(np.float64) ** 2).sum()), float(ref.sum()), float(ref.size)]]]
+    passed_whole = 0
+    for _ in range(200):
+        stale = np.maximum(rng.standard_normal(ref.size), 0).astype(np.float32)
+        assert not fingerprints_agree(_prints(stale), stats, 1e-4, 1e-4)
+        s = stale.astype(np.float64)
+        passed_whole += fingerprints_agree([[[float(s.sum()), float((s * s).sum())]]], whole, 1e-4, 1e-4)
+    assert passed_whole > 0  # the coarse check this replaced does let some through
 
 
 def test_worker_fingerprints_of_exact_outputs_match_in_every_dtype() -> None:
@@ -89,12 +116,13 @@ def test_worker_fingerprints_of_exact_outputs_match_in_every_dtype() -> None:
 
     gen = torch.Generator().manual_seed(0)
     cases = [
-        (torch.rand(1 << 17, generator=gen).half() + 1, 1e-3, 1e-3),
+        (torch.rand(1 << 17, generator=gen).half() * 64 + 1, 1e-3, 1e-3),  # blocks of 2048 sum past 65504
         (torch.rand(1 << 17, generator=gen).bfloat16() + 1, 1e-2, 1e-2),
         (torch.rand(1 << 21, generator=gen), 1e-7, 1e-7),
         (torch.randn(1 << 20, dtype=torch.complex64, generator=gen), 1e-6, 1e-6),
         (torch.randint(0, 1000, (1 << 16,), generator=gen), 0.0, 0.0),
         (torch.rand(1 << 10, generator=gen) * 1e30, 1e-5, 1e-5),  # squares overflow float32
+        (torch.randn(1001, generator=gen), 1e-5, 1e-5),  # 64 blocks of 15 and a remainder of 41
     ]
     for out, atol, rtol in cases:
         ref = out.numpy() if out.dtype != torch.bfloat16 else out.float().numpy()
@@ -103,8 +131,8 @@ def test_worker_fingerprints_of_exact_outputs_match_in_every_dtype() -> None:
 
 
 def test_reference_stats_bound_every_output_within_tolerance() -> None:
-    """``fingerprints_agree`` (the reference's [sum, sum^2, sum |r|, n], taken by its worker) accepts the worst
-    honest output and refuses zeros, a stale input's output and a 1 % scale."""
+    """The reference worker's own stats (``output_fingerprint(..., reference=True)``) accept the worst honest
+    output and refuse zeros, a stale input's output and a 1 % scale."""
     import torch
 
     from musaenv.timing.timers import output_fingerprint
@@ -113,7 +141,7 @@ def test_reference_stats_bound_every_output_within_tolerance() -> None:
     ref = np.maximum(rng.standard_normal((64, 257)), 0).astype(np.float32)
     atol = rtol = 1e-4
     stats = output_fingerprint(torch.from_numpy(ref), reference=True)
-    assert len(stats[0]) == 4 and stats[0][3] == ref.size
+    assert len(stats[0]) == 64 and len(stats[0][0]) == 4 and sum(b[3] for b in stats[0]) == ref.size
     worst = (ref + np.sign(rng.standard_normal(ref.shape)) * 0.99 * (atol + rtol * np.abs(ref))).astype(np.float32)
     assert fingerprints_agree(output_fingerprint(torch.from_numpy(worst)), stats, atol, rtol)
     stale = np.maximum(rng.standard_normal(ref.shape), 0).astype(np.float32)
@@ -121,4 +149,3 @@ def test_reference_stats_bound_every_output_within_tolerance() -> None:
         assert not fingerprints_agree(output_fingerprint(torch.from_numpy(wrong)), stats, atol, rtol)
     assert not fingerprints_agree(_prints(ref, ref), stats, atol, rtol)  # wrong number of outputs
     assert not fingerprints_agree(_prints(ref), "forged", atol, rtol)
-    assert fingerprints_agree(_prints(ref), [[float("nan"), 1.0, 1.0, 3.0]], atol, rtol)  # left to the trials
