@@ -197,6 +197,10 @@ class ForkServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env=env,
+                # `python -m` puts the cwd before PYTHONPATH: from a directory holding another musaenv checkout
+                # the server imported that one (seen: a newer worker protocol under an older parent turned every
+                # honest candidate into timed_output_mismatch). A private cwd leaves child_env's path in charge.
+                cwd=str(self._logdir),
             )
         finally:
             theirs.close()
