@@ -151,6 +151,11 @@ def serve_requests(sock: socket.socket) -> None:
         sock.sendall(json.dumps(reply).encode())
 
 
+def _package_dir() -> str:
+    """Where this process imported musaenv from (the server and its clients must agree)."""
+    return str(Path(__file__).resolve().parents[1])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the server process."""
     p = argparse.ArgumentParser()
@@ -164,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     import musaenv.evaluator.worker
     import musaenv.verification.runtime_profile  # noqa: F401 - imported once, for every child
 
-    ready = {"type": "ready", "pid": os.getpid(), "torch": torch.__version__}
+    ready = {"type": "ready", "pid": os.getpid(), "torch": torch.__version__, "musaenv": _package_dir()}
     ready["threads"] = len(os.listdir("/proc/self/task"))  # >1 when a BLAS library started its pool at load
     # A CUDA context made before fork is unusable in every child: the client refuses such a server.
     ready["cuda_initialized"] = bool(torch.cuda.is_initialized())
@@ -235,6 +240,12 @@ class ForkServer:
                     if self.ready.get("cuda_initialized"):
                         self._dead = True
                         raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
+                    if self.ready.get("musaenv") != _package_dir():  # a worker of other code: false verdicts
+                        self._dead = True
+                        raise ForkServerError(
+                            f"the fork server imported musaenv from {self.ready.get('musaenv')}, this process from "
+                            f"{_package_dir()}; not forking from it"
+                        )
                 socket.send_fds(self._sock, [json.dumps(req).encode()], list(fds))
                 reply = self._recv(REQUEST_TIMEOUT_S)
             except (OSError, ValueError) as e:

@@ -71,3 +71,23 @@ def test_a_dead_server_falls_back_to_a_fresh_interpreter():
     finally:
         w.close()
         s.close()
+
+
+def test_a_server_running_another_musaenv_is_refused(tmp_path):
+    # A copy of the package first on the server's path stands for another checkout (the server's cwd once was).
+    import shutil
+
+    import musaenv
+
+    shutil.copytree(Path(musaenv.__file__).parent, tmp_path / "musaenv", ignore=shutil.ignore_patterns("*.so"))
+    s = ForkServer({**worker_env(1), "PYTHONPATH": str(tmp_path)})
+    try:
+        with pytest.raises(ForkServerError, match="imported musaenv from"):
+            s.spawn("candidate", 0, 1, 2, "/")
+        w = WorkerProcess("candidate", 1, None, s)
+        try:
+            assert not w.forked and w.wait_ready(180)  # a fresh interpreter of this process's musaenv instead
+        finally:
+            w.close()
+    finally:
+        s.close()
