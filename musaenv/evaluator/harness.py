@@ -77,6 +77,14 @@ class ProgramModule:
         seed_all(seed)
         return list(self.module.get_init_inputs())
 
+    def build_model(self, model_cls: Any, shape: dict[str, Any], init_seed: int, device: torch.device) -> Any:
+        """``model_cls(*get_init_inputs())`` at ``shape``, parameters seeded with ``init_seed + 1``, on ``device``
+        (the same construction for reference and candidate, so their parameters agree)."""
+        self.apply_shape(shape)
+        init = self.init_inputs(init_seed)
+        seed_all(init_seed + 1)
+        return model_cls(*init).to(device)
+
     def inputs(self, seed: int) -> list[Any]:
         """``get_inputs()`` under ``seed`` (CPU tensors, as the file format prescribes, unless ``draw_device``)."""
         seed_all(seed)

@@ -193,7 +193,7 @@ class ReferenceService:
         probes: Sequence[int] = (),
     ) -> dict[str, Any]:
         cached = self.cached_timing(task, plan) if timing_cfg else None
-        stats = [{**t, "stats": True} for t in plan.trials_json(plan.recheck_trials(probes))[len(plan.trials) :]]
+        stats = [{"shape_index": k, "seed": seed, "stats": True} for k, seed in plan.recheck_trials(probes)]
         return {
             "type": "reference",
             "task_hash": task.source_hash,

@@ -22,7 +22,6 @@ from musaenv.evaluator.harness import (
     draw_inputs,
     flatten_outputs,
     load_program,
-    seed_all,
     to_device,
 )
 from musaenv.evaluator.worker import configure_device, format_exc, run_timing, run_trials
@@ -62,10 +61,7 @@ def _purity(program: ProgramModule, req: dict[str, Any], device: torch.device) -
     forward: a model that keeps state between calls (an RNN starting each call from the ``self.hidden`` its last
     call stored) or draws random numbers would make honest kernels look wrong.
     """
-    program.apply_shape(req["shapes"][0])
-    init = program.init_inputs(req["init_seed"])
-    seed_all(req["init_seed"] + 1)
-    model = program.module.Model(*init).to(device)
+    model = program.build_model(program.module.Model, req["shapes"][0], req["init_seed"], device)
     args = to_device(program.inputs(req["init_seed"] + 2), device)
     with torch.no_grad():
         runs = [[o.detach().clone() for o in flatten_outputs(model(*clone_args(args)))] for _ in range(2)]
@@ -98,16 +94,14 @@ def _run(chan: Channel, req: dict[str, Any], program: ProgramModule, drawn: Draw
     models = run_trials(chan, req, program, model_cls, device, guarded=False, drawn=drawn)
     if req.get("timing"):
         if 0 not in models:
-            program.apply_shape(req["shapes"][0])
-            init = program.init_inputs(req["init_seed"])
-            seed_all(req["init_seed"] + 1)
-            models[0] = model_cls(*init).to(device)
+            models[0] = program.build_model(model_cls, req["shapes"][0], req["init_seed"], device)
         baseline: Any = models[0]
         note: dict[str, Any] = {}
         if req["timing"].get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
             program.apply_shape(req["shapes"][0])
-            drawn = DrawnInputs(drawn.trials, drawn.pool_inputs(program, req["timing"]))  # drawn once
-            baseline, note = _compiled(models[0], drawn.pool or [[]], device)
+            pool = drawn.pool_inputs(program, req["timing"])
+            drawn = DrawnInputs(drawn.trials, pool)  # drawn once, for the compiling call and the timing
+            baseline, note = _compiled(models[0], pool, device)
         eager = note.get("baseline", "eager") == "eager"  # compiled outputs may differ within tolerance
         run_timing(chan, req, program, baseline, device, drawn, note, reference_prints=eager)
 

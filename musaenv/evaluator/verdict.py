@@ -7,11 +7,7 @@ from collections.abc import Sequence
 from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.types import EvalResult, Stage, TimingStats
-from musaenv.verification.compare import (
-    compare_outputs,
-    fingerprints_agree,
-    trivial_output_passes,
-)
+from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
 __all__ = ["judge"]
@@ -75,18 +71,16 @@ def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bo
             return False
         pos += n
     prints = msg.get("fingerprints")
-    for stats, call in zip(ref.probe_stats, ref.probe_calls):
-        if not isinstance(prints, list) or not 0 <= call < len(prints):
-            return False
-        if not fingerprints_agree(prints[call], stats, atol, rtol):
-            return False
+    checks = list(zip(ref.probe_calls, ref.probe_stats))
     if ref.timing_prints is not None:  # the reference was timed in this run: every timed call is checked
         if not isinstance(prints, list):
             return False
-        for fp, ref_fp in zip(prints, ref.timing_prints):
-            if not fingerprints_agree(fp, ref_fp, atol, rtol):
-                return False
-    return True
+        checks += list(enumerate(ref.timing_prints[: len(prints)]))
+    if not checks:
+        return True
+    if not isinstance(prints, list):
+        return False
+    return all(0 <= call < len(prints) and fingerprints_agree(prints[call], st, atol, rtol) for call, st in checks)
 
 
 def judge(

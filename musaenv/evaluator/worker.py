@@ -27,7 +27,6 @@ from musaenv.evaluator.harness import (
     find_aliasing,
     flatten_outputs,
     load_program,
-    seed_all,
     tensor_to_array,
     to_device,
 )
@@ -118,11 +117,9 @@ def run_trials(
     models: dict[int, Any] = {}
     for index, trial in enumerate(req["trials"]):
         k = int(trial["shape_index"])
-        program.apply_shape(req["shapes"][k])
         if k not in models:
-            init = program.init_inputs(req["init_seed"])
-            seed_all(req["init_seed"] + 1)
-            models[k] = model_cls(*init).to(device)
+            models[k] = program.build_model(model_cls, req["shapes"][k], req["init_seed"], device)
+        program.apply_shape(req["shapes"][k])
         inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
         private = clone_args(inputs) if guarded else inputs
         if probe is not None:
