@@ -4,6 +4,8 @@
 * ``CUDA_HOME`` / ``CUDA_PATH``: CUDA toolkit root (default ``/usr/local/cuda`` if it has ``bin/nvcc``).
   The ``nvcc`` found on PATH is deliberately not used to derive it: it may be a wrapper script elsewhere.
 * ``MUSA_HOME``: MUSA toolkit root (default ``/usr/local/musa``).
+* ``MUSAENV_KEY_DIR``: where the key that seals shared cache entries lives (default: ``<cache dir>.keys``, beside
+  the cache, never inside it; sandboxed processes cannot read it).
 * ``MUSAENV_SANDBOX_IMPL``: how the worker sandbox is applied: ``auto`` (default), ``extension`` or ``python``.
 """
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "cuda_home", "musa_home", "sandbox_implementation"]
+__all__ = ["cache_dir", "cuda_home", "key_dir", "musa_home", "sandbox_implementation"]
 
 
 def cache_dir() -> Path:
@@ -23,6 +25,15 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "musaenv"
+
+
+def key_dir() -> Path:
+    """Directory of the per-installation HMAC key (:mod:`musaenv.evaluator.integrity`)."""
+    env = os.environ.get("MUSAENV_KEY_DIR")
+    if env:
+        return Path(env).expanduser()
+    root = cache_dir()
+    return root.with_name(root.name + ".keys")
 
 
 def cuda_home() -> Path | None:

@@ -83,7 +83,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         response = Path(args.candidate).read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         raise MusaEnvError(f"cannot read candidate file {args.candidate!r}: {e}") from None
-    config = EvalConfig(tier=args.tier, num_trials=args.trials)
+    config = EvalConfig(tier=args.tier, num_trials=args.trials, secret_plans=not args.reproducible)
     with LocalEvaluator(args.backend, config) as ev, progress("evaluating", not args.json):
         result = ev.evaluate(task, response, seed=args.seed)
     score = candidate_score(result)
@@ -149,7 +149,12 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "triton", "musa"])
     e.add_argument("--tier", default="auto", choices=["auto", "cpu", "gpu"])
     e.add_argument("--trials", type=int, default=5)
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=int, default=0, help="seed of the inputs and checks (mixed with a secret)")
+    e.add_argument(
+        "--reproducible", action="store_true",
+        help="plans from --seed alone (no secret): repeatable, but a candidate that learns the seed can predict "
+        "which timed calls are checked",
+    )  # fmt: skip
     e.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
     e.set_defaults(func=_cmd_eval)
     d = sub.add_parser("demo", help="one multi-turn CPU episode with a scripted policy")

@@ -178,6 +178,11 @@ class EvalConfig(_Config):
         triton_aot_arch: Triton without a GPU: a candidate the interpreter finds correct is also compiled to a
             cubin for ``sm_<arch>`` at the task's first GPU-tier shape (:mod:`musaenv.backends.triton_aot`); a
             kernel that does not compile is a ``compile_error``. ``None`` skips this check (saves ~4-7 s each).
+        secret_plans: Mix 16 bytes of ``os.urandom`` into every evaluation's plan (trial inputs, rechecked and
+            probed timed calls), so knowing the seed (``--seed``, an env's reset seed, a parent's argv) does not
+            tell a candidate which calls will be checked. ``False`` makes plans a function of the seed alone:
+            reproducible runs, at the price that a candidate which learns the seed can replay the plan and
+            compute only the checked calls (docs/verification.md, "Secret plans").
         timing: :class:`TimingConfig`.
         sandbox: :class:`SandboxConfig`.
     """
@@ -198,6 +203,7 @@ class EvalConfig(_Config):
     log_chars: int = 4000
     fork_server: bool = True
     triton_aot_arch: int | None = 90
+    secret_plans: bool = True
     timing: TimingConfig = field(default_factory=TimingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 

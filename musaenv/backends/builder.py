@@ -3,20 +3,28 @@
 Reads ``TMPDIR/spec.json``, builds it into ``TMPDIR`` (a private build directory, so no lock is ever shared)
 and writes ``TMPDIR/result.json``. Build modes ``fast`` and ``pch`` drive the compiler directly with torch's
 own flags (:mod:`musaenv.backends.fastbuild`, no torch import once the flag template is cached); mode
-``torch``, and any build those cannot take, goes through torch's own ``load_inline``. MUSA builds with device
-sources go through torch_musa's ``load_inline`` (``musa_sources``, compiled by mcc). The parent enforces the
-timeout and kills this process's whole session when it is exceeded.
+``torch``, and any build those cannot take, goes through torch's own ``load_inline`` with its final import
+switched off: nothing of the candidate is ever imported or run here. MUSA builds with device sources go through
+torch_musa's ``load_inline`` (``musa_sources``, compiled by mcc), equally without the import.
+
+The whole build runs confined (:mod:`musaenv.backends.build_jail`: its own pid namespace or a subreaper, tied to
+the parent's life, the worker's sandbox with exec allowed, writes only below ``TMPDIR`` and the header store).
+The parent enforces the timeout and kills this process's whole session when it is exceeded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from musaenv.backends.build_jail import run_confined
 
 log = logging.getLogger("musaenv.backends.builder")
 
@@ -36,6 +44,19 @@ def _fast(spec: dict[str, Any], tmp: Path) -> dict[str, object] | None:
     return {"ok": res.ok, "log": res.log, "tier": res.tier, "steps": res.steps}
 
 
+@contextlib.contextmanager
+def _no_import(module: Any) -> Iterator[None]:
+    """Let ``load_inline`` build without importing the result (its static constructors would run here)."""
+    original = getattr(module, "_import_module_from_library", None)
+    if original is None:
+        raise RuntimeError(f"{module.__name__} has no _import_module_from_library; cannot build without importing")
+    module._import_module_from_library = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        module._import_module_from_library = original
+
+
 def _torch(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     import torch.utils.cpp_extension as ce
 
@@ -52,7 +73,8 @@ def _torch(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     }
     kwargs = {k: v for k, v in kwargs.items() if k in accepted}
     try:
-        ce.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
+        with _no_import(ce):
+            ce.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
     except Exception as e:  # compiler errors arrive as RuntimeError carrying the compiler output
         return {"ok": False, "log": f"{type(e).__name__}: {e}", "tier": "torch"}
     return {"ok": True, "log": "", "tier": "torch"}
@@ -95,7 +117,8 @@ def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     if isinstance(kwargs, str):
         return {"ok": False, "log": kwargs, "tier": "musa", "infra": True}
     try:
-        me.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
+        with _no_import(me):
+            me.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
     except Exception as e:  # mcc/g++ errors arrive as RuntimeError carrying the compiler output
         return {"ok": False, "log": f"{type(e).__name__}: {e}", "tier": "musa"}
     return {"ok": True, "log": "", "tier": "musa"}
@@ -108,16 +131,31 @@ def _build(tmp: Path) -> dict[str, object]:
     return _fast(spec, tmp) or _torch(spec, tmp)
 
 
-def main(argv: list[str]) -> int:
-    """Entry point; returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    tmp = Path(argv[0])
+def _build_and_report(tmp: Path, confinement: dict[str, Any]) -> int:
     try:
         result = _build(tmp)
     except BaseException:  # the harness must always leave a readable result
         result = {"ok": False, "log": traceback.format_exc()}
+    result["confinement"] = confinement
     (tmp / "result.json").write_text(json.dumps(result))
     return 0 if result["ok"] else 1
+
+
+def main(argv: list[str]) -> int:
+    """Entry point; returns the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tmp = Path(argv[0]).resolve()
+    job = json.loads((tmp / "spec.json").read_text())
+    writable = [Path(job["pch_cache"])] if job.get("pch_cache") else []
+    for d in writable:
+        d.mkdir(parents=True, exist_ok=True)
+    return run_confined(
+        lambda report: _build_and_report(tmp, report),
+        tmp,
+        parent_pid=int(job.get("parent_pid") or 0),
+        writable=writable,
+        cpu_s=max(1, int(float(job.get("timeout_s") or 300))),
+    )
 
 
 if __name__ == "__main__":

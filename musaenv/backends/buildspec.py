@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
-__all__ = ["LIST_KWARGS", "BuildSpec", "toolchain_fingerprint"]
+from musaenv.backends.flags import normalise_flags
+
+__all__ = ["FLAG_KWARGS", "LIST_KWARGS", "BuildSpec", "toolchain_fingerprint"]
 
 LIST_KWARGS = (
     "cpp_sources",
@@ -23,6 +25,9 @@ LIST_KWARGS = (
     "extra_ldflags",
     "extra_include_paths",
 )
+
+
+FLAG_KWARGS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags")
 
 
 def toolchain_fingerprint() -> str:
@@ -77,8 +82,11 @@ class BuildSpec:
     def from_load_inline(cls, kwargs: dict[str, Any], backend: str, compile_only: bool = False) -> BuildSpec:
         """Normalise the keyword arguments of a candidate's ``load_inline`` call.
 
+        Flag lists are normalised as torch does (stripped, empty ones dropped, split like a shell splits them).
+
         Raises:
             TypeError: an argument has a type ``load_inline`` would not accept either.
+            ValueError: a flag list with unbalanced quotes (torch's shell would fail the build command).
         """
         norm: dict[str, Any] = {}
         for key in LIST_KWARGS:
@@ -89,6 +97,10 @@ class BuildSpec:
                 v = [v]
             if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
                 raise TypeError(f"load_inline: {key} must be a string or a list of strings")
+            if key in FLAG_KWARGS:  # torch strips, joins and lets the shell split (see musaenv.backends.flags)
+                v = normalise_flags(v)
+            elif key == "extra_include_paths":
+                v = [p.strip() for p in v if p.strip()]
             norm[key] = tuple(v)
         fns = kwargs.get("functions")
         if isinstance(fns, str):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from musaenv.backends.pch import CompileFlags, PchStore, file_lock, run_tool, torch_flags
+from musaenv.backends.pch import CompileFlags, PchStore, file_lock, run_tool, torch_flags, unique_suffix
 
 __all__ = ["FastResult", "fast_build"]
 
@@ -169,7 +169,7 @@ def _split_overlay(cache: Path) -> Path:
     header = d / "torch" / "extension.h"
     if not header.exists():
         header.parent.mkdir(parents=True, exist_ok=True)
-        part = header.with_suffix(f".{os.getpid()}.tmp")
+        part = header.with_suffix(f".{unique_suffix()}.tmp")
         part.write_text("#pragma once\n#include <torch/types.h>\n")
         part.replace(header)
     return d
@@ -296,7 +296,7 @@ def _binding_objects(
         if not _cached_object(obj, source, flags, store.include_flags("full", flags) or [], steps):
             return None
         for sig in missing:
-            part = d / f".def_{_sig_id(sig)}.{os.getpid()}.json"
+            part = d / f".def_{_sig_id(sig)}.{unique_suffix()}.json"
             part.write_text(json.dumps({"object": obj.name, "signature": sig}))
             os.replace(part, d / f"def_{_sig_id(sig)}.json")
             found[sig] = obj

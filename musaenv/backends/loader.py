@@ -9,11 +9,15 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 * **Content-addressed cache.** The finished ``.so`` is moved atomically to ``<cache>/ext/<name>/<name>.so``;
   any later request with the same content, from any episode or process, is a cache hit (no compiler run).
   Different code never shares a name, so two candidates can never load each other's module.
+* **Installed and vouched for by the parent.** The confined builder writes only its private directory; this
+  process copies the module into the cache and seals its sha256 in ``manifest.json``
+  (:mod:`musaenv.evaluator.integrity`), checked before every hit. A module that does not match is rebuilt.
 * **Hard timeout.** The build runs in its own process session and the whole tree is killed at the limit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -30,6 +34,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv.backends.buildspec import BuildSpec, toolchain_fingerprint
+from musaenv.evaluator.integrity import file_sha256, read_sealed, write_sealed
 
 __all__ = [
     "BUILD_MODES",
@@ -185,16 +190,44 @@ def build_extension(
         return _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start)
 
 
-def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
+def _verified_artifact(root: Path, name: str) -> Path | None:
+    """The cached module when the parent's sealed manifest vouches for its content; else the entry is dropped."""
     so_path = root / name / f"{name}.so"
-    if so_path.exists():
+    if not so_path.exists():
+        return None
+    manifest = read_sealed(root / name / "manifest.json", "ext")
+    try:
+        ok = manifest is not None and manifest.get("name") == name and manifest.get("sha256") == file_sha256(so_path)
+    except OSError:
+        ok = False
+    if ok:
+        return so_path
+    log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
+    with contextlib.suppress(OSError):
+        so_path.unlink()
+    return None
+
+
+def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
+    so_path = _verified_artifact(root, name)
+    if so_path is not None:
         return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
-    failed = _read_json(root / name / "failed.json")
-    if failed:  # compile errors are deterministic: the same sources fail the same way, instantly
+    failed = read_sealed(root / name / "failed.json", "ext_failed")
+    if failed and failed.get("name") == name:  # compile errors are deterministic: the same sources fail the same way
         return BuildOutcome(
             False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start, cached=True
         )
     return None
+
+
+def _install(tmp: Path, name: str, final_dir: Path) -> Path:
+    """Copy a built module into the shared cache and seal its digest in the manifest (the parent alone does this)."""
+    final_dir.mkdir(parents=True, exist_ok=True)
+    staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
+    shutil.copy2(tmp / f"{name}.so", staged)
+    write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+    os.replace(staged, final_dir / f"{name}.so")
+    return final_dir / f"{name}.so"
 
 
 def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: str, start: float) -> BuildOutcome:
@@ -203,7 +236,7 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         job = {**spec.to_dict(), "name": name, "build_mode": mode, "pch_cache": str(pch_cache_root()),
-               "timeout_s": timeout_s}  # fmt: skip
+               "timeout_s": timeout_s, "parent_pid": os.getpid()}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(job))
         rc, timed_out = _run_builder(tmp, timeout_s)
         seconds = time.perf_counter() - start
@@ -224,14 +257,10 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
                 build_log += _tail(tmp / "builder.log")
             elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
-                final_dir.mkdir(parents=True, exist_ok=True)
-                (final_dir / "failed.json").write_text(json.dumps({"log": build_log}))
+                write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": build_log})
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
-        final_dir.mkdir(parents=True, exist_ok=True)
-        staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
-        shutil.copy2(tmp / f"{name}.so", staged)
-        os.replace(staged, final_dir / f"{name}.so")
-        return BuildOutcome(True, name, str(final_dir / f"{name}.so"), log=build_log, seconds=seconds, extra=extra)
+        so_path = _install(tmp, name, final_dir)
+        return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -261,7 +290,7 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
     from musaenv.backends.cuda_compile import CHECK_VERSION, cuda_compile_check
 
     verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
-    cached = _read_json(verdict)
+    cached = read_sealed(verdict, f"compile_only:{name}")
     if cached:
         return BuildOutcome(
             bool(cached["ok"]),
@@ -287,8 +316,7 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
             False, name, log=check.log, seconds=time.perf_counter() - start, infra_error=True, extra=extra
         )
     if not timed_out:
-        final_dir.mkdir(parents=True, exist_ok=True)
-        verdict.write_text(json.dumps({"ok": check.ok, "log": check.log, "extra": extra}))
+        write_sealed(verdict, f"compile_only:{name}", {"ok": check.ok, "log": check.log, "extra": extra})
     return BuildOutcome(
         check.ok, name, log=check.log, seconds=time.perf_counter() - start, timed_out=timed_out, extra=extra
     )

@@ -30,12 +30,13 @@ import shlex
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_PCH_SETS", "CompileFlags", "PchStore", "file_lock", "run_tool", "torch_flags"]
+__all__ = ["MAX_PCH_SETS", "CompileFlags", "PchStore", "file_lock", "run_tool", "torch_flags", "unique_suffix"]
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def torch_flags(
     except (OSError, ValueError):
         tpl = _template_from_torch()
         cache.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(f".{unique_suffix()}.tmp")
         tmp.write_text(json.dumps(tpl))
         os.replace(tmp, path)
     user_c, user_ld = _split_user_flags(extra_cflags), _split_user_flags(extra_ldflags)
@@ -161,6 +162,12 @@ def run_tool(cmd: Sequence[str], cwd: Path, timeout_s: float = PCH_TIMEOUT_S) ->
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else str(e.stdout or "")
         return 124, out + f"\n{cmd[0]} timed out after {timeout_s:.0f} s"
     return p.returncode, (p.stdout or "") + (p.stderr or "")
+
+
+def unique_suffix() -> str:
+    """A file-name suffix no other builder uses: a confined build is pid 1 of its own namespace, so the pid alone
+    is not unique (every builder would be ``1``)."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 @contextlib.contextmanager
@@ -223,7 +230,7 @@ class PchStore:
     def _build(self, kind: str, flags: CompileFlags, d: Path, header: Path) -> list[str] | None:
         d.mkdir(parents=True, exist_ok=True)
         header.write_text(f"#include <{HEADERS[kind]}>\n")
-        tmp_out = d / f".musaenv_pch.h.gch.{os.getpid()}"
+        tmp_out = d / f".musaenv_pch.h.gch.{unique_suffix()}"
         start = time.perf_counter()
         cmd = [*flags.cxx, "-x", "c++-header", str(header), "-o", str(tmp_out), *flags.pch_flags()]
         rc, out = run_tool(cmd, d)
@@ -248,8 +255,13 @@ class PchStore:
             (d / "musaenv_pch.h.gch").unlink()
 
     def sweep(self) -> None:
-        """Remove half-written headers of builders that died (never a finished one)."""
+        """Remove half-written headers of builders that died (never a finished one).
+
+        A header is half-written while its builder holds the set's lock; one older than any build may run
+        (:data:`PCH_TIMEOUT_S`) belongs to a builder that is gone (pids say nothing: builds run in pid namespaces).
+        """
+        now = time.time()
         for p in self.root.glob("*/.musaenv_pch.h.gch.*"):
-            pid = p.name.rsplit(".", 1)[-1]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                p.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                if now - p.stat().st_mtime > 1.5 * PCH_TIMEOUT_S:
+                    p.unlink(missing_ok=True)

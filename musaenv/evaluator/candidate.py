@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from musaenv.backends.flags import check_spec_flags
 from musaenv.backends.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.channel import ProtocolError
+from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.evaluator.reference import recv_before
 
@@ -34,6 +36,10 @@ class CandidateRun:
         sandbox: The sandbox report the worker sent.
         runtime: The worker's runtime-check reports by phase (``trials``, ``timing``; docs/verification.md).
         runtime_arrays: Arrays of the ``trials`` report (repeat and perturbed-run outputs).
+        cpu: CPU use of the trials and timing phases, read by the parent from ``/proc`` (:mod:`cpu_watch`).
+        cpu_budget: Cores the worker may use (the reference's intra-op threads).
+        refused_log: Why a build was refused before any compiler ran (flags outside the allow-list): the
+            verdict is then ``format_error``, whatever the worker made of the refusal.
     """
 
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
@@ -49,6 +55,9 @@ class CandidateRun:
     sandbox: dict[str, Any] = field(default_factory=dict)
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
     runtime_arrays: list[np.ndarray] = field(default_factory=list)
+    refused_log: str = ""
+    cpu: list[PhaseUsage] = field(default_factory=list)
+    cpu_budget: int = 1
 
 
 def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
@@ -70,6 +79,11 @@ def _serve_build(
         spec = BuildSpec.from_dict({**spec.to_dict(), "backend": backend, "compile_only": compile_only})
     except (KeyError, TypeError, ValueError) as e:
         worker.chan.send({"type": "build_result", "ok": False, "name": "", "log": f"malformed build request: {e}"})
+        return time.monotonic() - t0
+    problems = check_spec_flags(spec.extra_cflags, spec.extra_cuda_cflags, spec.extra_ldflags, spec.extra_include_paths)
+    if problems:  # checked here, in the parent, whatever the static checks recovered: no compiler runs at all
+        run.refused_log = "\n".join(p.message() for p in problems)
+        worker.chan.send({"type": "build_result", "ok": False, "name": spec.name, "log": run.refused_log})
         return time.monotonic() - t0
     outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
     if not outcome.cached:
@@ -132,7 +146,9 @@ def _drive(
     device_slot: AbstractContextManager[Any],
     stack: ExitStack,
 ) -> CandidateRun:
-    run = CandidateRun()
+    run = CandidateRun(cpu_budget=max(1, int(request.get("cpu_threads") or 1)))
+    watch = CpuWatch(worker.pid)
+    run.cpu = watch.phases
     timeouts = _stage_timeouts(cfg)
     untimed_free = request.get("device") == "cpu"  # untimed CPU work runs beside other evaluations' timing
     held = False
@@ -156,17 +172,22 @@ def _drive(
                 phase = str(msg.get("name"))
                 if phase not in timeouts:
                     raise ProtocolError(f"unknown stage {phase!r}")
+                watch.stop()
                 if phase in ("trials", "timing"):
                     # The slot is taken once and kept: at the trials on a GPU, at the timing on the CPU.
                     if not held and (phase == "timing" or not untimed_free):
                         stack.enter_context(device_slot)
                         held = True
+                    watch.start(phase)
                     worker.chan.send({"type": "go"})
                 deadline = time.monotonic() + timeouts[phase]
                 if isinstance(msg.get("sandbox"), dict):
                     run.sandbox = msg["sandbox"]
-            elif _handle(msg, arrays, run):
-                return run
+            else:
+                if msg.get("type") in ("timing", "result") or (msg.get("type") == "runtime" and phase == "trials"):
+                    watch.stop()  # the phase's data is here: what follows is the harness's, not the phase's
+                if _handle(msg, arrays, run):
+                    return run
         except EOFError:
             desc = worker.exit_description()
             tail = worker.log_tail()

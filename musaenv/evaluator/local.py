@@ -250,7 +250,8 @@ class LocalEvaluator:
         if not report.errors:
             return tuple(report.warning_flags)
         # Unparseable sources are a format problem, not a cheat.
-        unparseable = all(f.flag in ("syntax_error", "too_complex") for f in report.errors)
+        # So are builds musaenv does not perform (flags outside the allow-list, musaenv.backends.flags).
+        unparseable = all(f.flag in ("syntax_error", "too_complex", "build_flag_refused") for f in report.errors)
         return EvalResult(
             stage=Stage.FORMAT_ERROR if unparseable else Stage.CHEATING,
             flags=tuple(report.flags),

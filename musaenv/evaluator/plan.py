@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +62,19 @@ class EvalPlan:
         return [{"shape_index": k, "seed": s} for k, s in list(self.trials) + (extra or [])]
 
 
+def _entropy(seed: int, secret: bool) -> list[int]:
+    """The seed, plus 128 secret bits from ``os.urandom`` unless plans must be reproducible."""
+    words = [int(seed) & 0xFFFFFFFFFFFFFFFF]
+    if secret:
+        words += list(np.frombuffer(os.urandom(16), dtype=np.uint32).tolist())
+    return words
+
+
 def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
-    """Draw an evaluation plan from ``seed`` (via :class:`numpy.random.SeedSequence`)."""
+    """Draw an evaluation plan from ``seed`` (via :class:`numpy.random.SeedSequence`), mixed with a secret from
+    ``os.urandom`` unless ``config.secret_plans`` is off (then the same seed gives the same plan)."""
     shapes = task.shapes_for(tier)
-    rng = np.random.default_rng(np.random.SeedSequence(seed))
+    rng = np.random.default_rng(np.random.SeedSequence(_entropy(seed, config.secret_plans)))
     draws = [int(x) for x in rng.integers(0, 2**31 - 1, size=config.num_trials + 2)]
     # Round-robin over shapes so every shape gets a trial when num_trials >= len(shapes).
     trials = tuple((i % len(shapes), draws[i]) for i in range(config.num_trials))

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-__all__ = ["descendants", "kill_tree", "open_inet_sockets", "start_time", "thread_count"]
+__all__ = ["cpu_seconds", "descendants", "kill_tree", "open_inet_sockets", "start_time", "thread_count"]
 
 _PROC = Path("/proc")
 
@@ -44,6 +44,15 @@ def start_time(pid: int) -> str | None:
     """Field 22 of ``/proc/<pid>/stat``: tells a process apart from a later one that reuses its pid."""
     fields = _stat_fields(pid)
     return None if fields is None else fields[19]
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process, all its threads together, exited ones included (fields 14-15 of
+    ``/proc/<pid>/stat``, in clock ticks: 10 ms resolution); ``None`` when it is gone."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _snapshot() -> dict[int, _Stat]:

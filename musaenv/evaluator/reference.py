@@ -22,6 +22,7 @@ import numpy as np
 from musaenv.config import TimingConfig
 from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.forkserver import ForkServer
+from musaenv.evaluator.integrity import read_sealed, write_sealed
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.tasks.task import Task
@@ -129,20 +130,20 @@ class ReferenceService:
             return None
         key = self._timing_key(task, plan)
         if key not in self._memo:
+            d = read_sealed(self.cache_dir / f"{key}.json", f"reftime:{key}")  # a forged entry is re-measured
+            if d is None:
+                return None
             try:
-                d = json.loads((self.cache_dir / f"{key}.json").read_text())
                 self._memo[key] = (TimingStats.from_dict(d), str(d.get("note", "")))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 return None
         return self._memo[key]
 
     def _store_timing(self, task: Task, plan: EvalPlan, stats: TimingStats, note: str) -> None:
         key = self._timing_key(task, plan)
         self._memo[key] = (stats, note)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.cache_dir / f".{key}.tmp"
-        tmp.write_text(json.dumps({**stats.to_dict(), **({"note": note} if note else {})}))
-        tmp.replace(self.cache_dir / f"{key}.json")
+        body = {**stats.to_dict(), **({"note": note} if note else {})}
+        write_sealed(self.cache_dir / f"{key}.json", f"reftime:{key}", body)
 
     def _ensure_worker(self) -> WorkerProcess:
         if self._worker is None or self._worker.poll() is not None:

@@ -30,6 +30,7 @@ from typing import Any
 from musaenv import _env
 from musaenv.config import SandboxConfig
 from musaenv.errors import ConfigError, EvaluatorError
+from musaenv.evaluator.hidden_paths import hide_paths
 from musaenv.evaluator.proctree import thread_count
 from musaenv.evaluator.seccomp import CLONE_NEWNET, CLONE_NEWUSER, RET_ERRNO, seccomp_program, syscall_numbers
 
@@ -345,6 +346,14 @@ def _writable_paths(workdir: Path, extra: Sequence[str | Path]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
+def _hide_key() -> str | None:
+    """The sealing key's directory becomes unreadable (musaenv.evaluator.integrity); created first so a key written
+    later is hidden too, and the cache root exists before the layer freezes which of its siblings are readable."""
+    for d in (_env.cache_dir(), _env.key_dir()):
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return hide_paths([_env.key_dir()])
+
+
 def _landlock(guard: Any, paths: list[str], block_network: bool, steps: _Steps) -> int:
     """Apply Landlock; returns the threads it did not reach."""
     abi = int(guard.landlock_abi())
@@ -420,6 +429,7 @@ def enter_sandbox(
     if cfg.block_network and not has_seccomp:
         steps.run("netns", isolate_network_namespace)  # before capabilities go: it needs CAP_SYS_ADMIN
     paths = _writable_paths(workdir, extra_writable)
+    steps.run("landlock_hide_key", _hide_key)
     uncovered = _landlock(guard, paths, cfg.block_network, steps) if restrict_writes else 0
     if not restrict_writes:
         steps.record("landlock_writes", "disabled by the caller")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from musaenv.evaluator.candidate import CandidateRun
+from musaenv.evaluator.cpu_watch import over_budget
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.types import EvalResult, Stage, TimingStats
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
@@ -19,7 +20,14 @@ WORKER_FLAGS = {
     "output_aliases_input": "the output shares memory with an input; return a new tensor",
     "input_mutation": "forward modified its input tensors",
     "timed_output_mismatch": "outputs produced while timing differ from the reference (caching or replay?)",
+    "cpu_overuse": "while timed, the worker used more CPU cores than the reference's budget (measured from outside "
+    "its process: threads that run only during timing?)",
 }
+
+
+def _cpu_overuse(run: CandidateRun, device: str | None) -> bool:
+    """The timing phase used more cores than the budget (CPU backend: on a GPU the host threads are not timed)."""
+    return device == "cpu" and any(u.phase == "timing" and over_budget(u, run.cpu_budget) for u in run.cpu)
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -110,7 +118,7 @@ def judge(
         warnings=tuple(static_warnings),
         build_cached=all(b.get("cached") for b in run.builds) if run.builds else None,
         compiler_log=_truncate(run.compile_log, log_chars),
-        extra={"builds": run.builds, "sandbox": run.sandbox},
+        extra={"builds": run.builds, "sandbox": run.sandbox, "cpu": [u.to_dict() for u in run.cpu]},
     )
     if run.infra_log:
         return base.replace(
@@ -118,6 +126,11 @@ def judge(
             messages=("the build service failed (not the candidate)",),
             runtime_log=_truncate(run.infra_log, log_chars),
         )
+    if run.refused_log:
+        return base.replace(
+            stage=Stage.FORMAT_ERROR, device=None, messages=("a build was refused before compiling",),
+            compiler_log=_truncate(run.refused_log, log_chars),
+        )  # fmt: skip
     if run.failure is not None:
         stage, text = run.failure
         is_compile = stage == "compile_error"
@@ -149,6 +162,8 @@ def judge(
     )
     if passed == len(ref.trials) and not _recheck(run, ref, atol, rtol):
         flags.append("timed_output_mismatch")
+    if _cpu_overuse(run, device):
+        flags.append("cpu_overuse")
     flags.extend(f for f in rt.flags if f not in flags)
     if flags:
         notes = tuple(WORKER_FLAGS.get(f, f) for f in flags if f not in rt.flags)

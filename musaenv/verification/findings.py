@@ -46,9 +46,12 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "output_cache": "outputs cached across calls (id(), data_ptr(), hash keys, lru_cache) [S11-S13]",
     "banned_import": "an import outside the allowlist",
     "inline_asm": "inline assembly (not checked)",
+    "raw_syscall": "a system call instruction in inline assembly [T2, S14]",
+    "python_c_api": "the CPython C API: reaching Python objects (timers, the harness) from C++ [T4, S20]",
     "preprocessor_unavailable": "the C preprocessor could not expand the source",
     "macro_redefined": "a macro with several definitions",
     "unusual_build_flag": "an unexpected linker library",
+    "build_flag_refused": "a compiler or linker flag outside the allow-list (docs/verification.md#build-flags)",
     "backend_mismatch": "the kernels do not match the requested backend",
     "too_complex": "the candidate is nested too deeply to analyse",
 }

@@ -52,9 +52,17 @@ def test_closed_peer_is_eof():
     assert os.name == "posix"
 
 
-def test_plan_is_seeded_and_covers_every_shape():
+def test_plan_is_secret_by_default():
     task = get_task("l1_relu")
     cfg = EvalConfig(num_trials=5, timing=TimingConfig(repeats=20))
+    plans = [make_plan(task, "cpu", cfg, 0) for _ in range(4)]
+    # the same public seed gives unpredictable plans: inputs, rechecked calls and probes all change
+    assert len({p.trials for p in plans}) == 4 and len({p.probe_seed for p in plans}) == 4
+
+
+def test_plan_is_seeded_and_covers_every_shape():
+    task = get_task("l1_relu")
+    cfg = EvalConfig(num_trials=5, timing=TimingConfig(repeats=20), secret_plans=False)
     a, b, c = make_plan(task, "cpu", cfg, 1), make_plan(task, "cpu", cfg, 1), make_plan(task, "cpu", cfg, 2)
     assert a == b and a != c
     assert {k for k, _ in a.trials} == set(range(len(task.shapes_for("cpu"))))

@@ -57,11 +57,17 @@ CPP_CHEATS = [
     ("musa_stream", fn("musaStream_t s; musaStreamCreate(&s); return x;"), "side_stream"),
     ("graph_capture", fn("cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal); return x;"), "graph_replay"),
     ("graph_launch", fn("cudaGraphLaunch(g, s); return x;"), "graph_replay"),
-    ("std_thread", fn("std::thread t([]{}); t.detach(); return x;"), "thread_or_process"),
+    ("thrd_create", fn("thrd_t t; thrd_create(&t, w, nullptr); return x;"), "thread_or_process"),
+    ("clone3", fn("long r = clone3(&args, sizeof(args)); return x;"), "thread_or_process"),
+    ("sgemm_plain", fn("sgemm(&n, &n, &m, &m, &m, &a, p, &m, p, &m, &b, p, &m); return x;"), "vendor_library"),
+    ("sgemm_upper", fn("SGEMM(&n, &n, &m, &m, &m, &a, p, &m, p, &m, &b, p, &m); return x;"), "vendor_library"),
+    ("mkl_call", fn("mkl_set_num_threads(4); return x;"), "vendor_library"),
+    ("py_c_api", fn('PyObject* t = PyImport_ImportModule("time"); return x;'), "python_c_api"),
+    ("py_setattr", fn('PyObject_SetAttrString(t, "perf_counter", f); return x;'), "python_c_api"),
+    ("raw_syscall", fn('long r; asm volatile("syscall" : "=a"(r) : "a"(39)); return x;'), "raw_syscall"),
     ("pthread", fn("pthread_t t; pthread_create(&t, nullptr, f, nullptr); return x;"), "thread_or_process"),
     ("system", fn('system("ls"); return x;'), "thread_or_process"),
     ("global_system", fn('::system("ls"); return x;'), "thread_or_process"),
-    ("async", fn("auto f = std::async(std::launch::async, []{}); return x;"), "thread_or_process"),
     ("socket", fn("int s = socket(2, 1, 0); return x;"), "network"),
     ("fopen", fn('FILE* f = fopen("/tmp/a", "w"); return x;'), "file_access"),
     ("ofstream", fn('std::ofstream o("/tmp/a"); return x;'), "file_access"),
@@ -171,16 +177,36 @@ def test_ambiguous_math_name_under_using_namespace_is_a_warning() -> None:
     [
         (', extra_ldflags=["-lcublas"]', "vendor_library"),
         (', extra_ldflags=["-lmkl_rt"]', "vendor_library"),
-        (', extra_ldflags=["-L/opt/lib", "-lfoo"]', "file_access"),
-        (', extra_cflags=["-include", "/etc/passwd"]', "file_access"),
-        (', extra_cflags=["-fplugin=/tmp/p.so"]', "dynamic_code"),
-        (', extra_include_paths=["/data"]', "file_access"),
+        (', extra_ldflags=["-L/opt/lib", "-lfoo"]', "build_flag_refused"),
+        (', extra_cflags=["-include", "/etc/passwd"]', "build_flag_refused"),
+        (', extra_cflags=["-fplugin=/tmp/p.so"]', "build_flag_refused"),
+        (', extra_cflags=["-wrapper", "/tmp/payload.sh"]', "build_flag_refused"),
+        (', extra_cflags=["-O3 -B/tmp/bin"]', "build_flag_refused"),
+        (', extra_cuda_cflags=["-Xcompiler", "-wrapper,/tmp/p"]', "build_flag_refused"),
+        (', extra_ldflags=["-Wl,-rpath,/tmp"]', "build_flag_refused"),
+        (', extra_include_paths=["/data"]', "build_flag_refused"),
         (', build_directory="/tmp/elsewhere"', "file_access"),
     ],
-    ids=["cublas", "mkl", "lib_path", "forced_include", "plugin", "include_paths", "build_directory"],
+    ids=["cublas", "mkl", "lib_path", "forced_include", "plugin", "wrapper", "joined_B", "xcompiler", "rpath",
+         "include_paths", "build_directory"],  # fmt: skip
 )
 def test_build_arguments_are_checked(kwargs: str, flag: str) -> None:
     assert flag in analyze_candidate(candidate(kwargs=kwargs)).flags
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        ', extra_cflags=[""]',  # KernelBench's prompt idiom
+        ', extra_cflags=["-O3 -ffast-math", "-march=native", "-fopenmp"], extra_ldflags=["-fopenmp"]',
+        ', extra_cflags=["-O3", "-std=c++17", "-DBLOCK=256", "-Wno-unused-variable", "-mavx2", "-mfma"]',
+        ', extra_cuda_cflags=["-O3", "--use_fast_math", "-Xptxas", "-v", "-arch=sm_90", "-lineinfo"]',
+    ],
+    ids=["empty", "joined", "common", "cuda"],
+)
+def test_common_flags_are_allowed(kwargs: str) -> None:
+    report = analyze_candidate(candidate(kwargs=kwargs))
+    assert report.ok, report.messages
 
 
 def test_library_compute_in_cpp_follows_the_policy() -> None:
@@ -189,8 +215,26 @@ def test_library_compute_in_cpp_follows_the_policy() -> None:
     permissive = analyze_candidate(source, policy="permissive")
     assert permissive.ok and set(permissive.warning_flags) == {"library_compute", "vendor_library"}
     assert analyze_candidate(source, policy="off").findings == ()
-    threaded = candidate(cpp=fn("std::thread t([]{}); return x;"))
+    threaded = candidate(cpp=fn("pthread_t t; pthread_create(&t, nullptr, w, nullptr); return x;"))
     assert analyze_candidate(threaded, policy="off").flags == ("thread_or_process",)
+
+
+HONEST_PARALLEL = [
+    # std::thread pool joined before returning: policed by the parent's CPU measurement, not by its name
+    fn("std::vector<std::thread> ts; for (int i = 0; i < at::get_num_threads(); i++) ts.emplace_back([]{});"
+       " for (auto& t : ts) t.join(); return x;"),
+    fn("auto f = std::async(std::launch::async, []{ return 1; }); f.get(); return x;"),
+    fn("at::parallel_for(0, x.numel(), 1024, [&](int64_t b, int64_t e) {}); return x;"),
+    # ATen's header-only SIMD type: its exp() is not Tensor.exp (the runtime profiler sees real aten calls)
+    "#include <ATen/cpu/vec/vec.h>\n"
+    + fn("using V = at::vec::Vectorized<float>; V v = V::loadu(p); v = (v - V(1.f)).exp(); v.store(p); return x;"),
+]
+
+
+@pytest.mark.parametrize("cpp", HONEST_PARALLEL, ids=["std_thread_pool", "std_async", "parallel_for", "vectorized"])
+def test_honest_parallel_and_simd_kernels_are_accepted(cpp: str) -> None:
+    report = analyze_candidate(candidate(cpp=cpp), policy="strict")
+    assert report.ok, report.messages
 
 
 def test_cpp_finding_points_at_the_python_line() -> None:

@@ -1,0 +1,94 @@
+"""CPU time and threads of a candidate worker, read by the parent from ``/proc`` (parent side).
+
+Candidate code shares its process with the worker's harness, so anything the worker measures about itself can be
+forged. The parent reads the worker's CPU seconds (all threads, exited ones included) and thread count when it
+lets a phase start (``go``) and when the phase's data arrives, and compares the cores used with the budget the
+reference gets (``TimingConfig.cpu_threads``). A kernel that brings extra threads only while it is being timed
+(C11 ``thrd_create``, raw ``clone``, a pool started in the first timed call) uses more cores than the budget
+during the timing phase; on a busy host an honest kernel only ever uses fewer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from musaenv.evaluator.proctree import cpu_seconds, thread_count
+
+__all__ = ["CpuWatch", "PhaseUsage", "over_budget"]
+
+# /proc's CPU times come in clock ticks (10 ms): a phase shorter than this cannot be judged.
+MIN_JUDGED_WALL_S = 0.1
+# Slack over budget * wall: two ticks of rounding plus 30 % for the harness's own single-threaded work around
+# the timed calls (fingerprints, copies), which runs on the same thread as the candidate and never in parallel.
+_SLACK_S, _SLACK_FRACTION = 0.03, 0.3
+
+
+@dataclass(frozen=True)
+class PhaseUsage:
+    """What one phase of a worker used, measured from outside it.
+
+    Attributes:
+        phase: ``trials`` or ``timing``.
+        wall_s: Seconds from the parent's go-ahead to the phase's data.
+        cpu_s: CPU seconds the worker used meanwhile (every thread).
+        threads_start: Threads when the phase began.
+        threads_end: Threads when its data arrived.
+    """
+
+    phase: str
+    wall_s: float
+    cpu_s: float
+    threads_start: int
+    threads_end: int
+
+    @property
+    def cores(self) -> float:
+        """Average cores in use over the phase."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return {
+            "phase": self.phase, "wall_s": round(self.wall_s, 4), "cpu_s": round(self.cpu_s, 3),
+            "cores": round(self.cores, 3), "threads_start": self.threads_start, "threads_end": self.threads_end,
+        }  # fmt: skip
+
+
+def over_budget(usage: PhaseUsage, budget_cores: int) -> bool:
+    """True when the phase used clearly more CPU than ``budget_cores`` could give it in its wall time."""
+    if usage.wall_s < MIN_JUDGED_WALL_S:
+        return False
+    allowed = budget_cores * usage.wall_s
+    return usage.cpu_s > allowed + _SLACK_S + _SLACK_FRACTION * allowed
+
+
+@dataclass
+class CpuWatch:
+    """Opens a window at a phase's go-ahead and closes it when the phase's data arrives."""
+
+    pid: int
+    phases: list[PhaseUsage] = field(default_factory=list)
+    _open: tuple[str, float, float, int] | None = None
+
+    def _threads(self) -> int:
+        try:
+            return thread_count(self.pid)
+        except ProcessLookupError:
+            return 0
+
+    def start(self, phase: str) -> None:
+        """The parent is about to let ``phase`` run."""
+        cpu = cpu_seconds(self.pid)
+        self._open = None if cpu is None else (phase, time.monotonic(), cpu, self._threads())
+
+    def stop(self) -> None:
+        """The open phase's data arrived (or the next phase began)."""
+        if self._open is None:
+            return
+        phase, t0, cpu0, threads0 = self._open
+        self._open = None
+        cpu = cpu_seconds(self.pid)
+        if cpu is not None:
+            self.phases.append(PhaseUsage(phase, time.monotonic() - t0, cpu - cpu0, threads0, self._threads()))
