@@ -53,9 +53,12 @@ _LAMBDA_RE = re.compile(r"\b(\w+)\s*=\s*\[")
 _VECTORIZED_RE = re.compile(r"\bVectorized\s*<|\bvec::")
 # Methods of ATen's header-only SIMD type at::vec::Vectorized<T> that share a name with a Tensor method.
 _VEC_METHODS = frozenset(
-    "abs angle acos asin atan atan2 ceil copysign cos cosh erf erfc erfinv exp exp2 expm1 floor fmod frac hypot "
-    "i0 igamma lgamma log log10 log1p log2 max min neg nextafter pow reciprocal round rsqrt sigmoid sin sinh sqrt "
-    "tan tanh trunc clamp clamp_max clamp_min maximum minimum eq ne gt ge lt le fmadd sum".split()
+    re.findall(
+        r"\w+",
+        "abs angle acos asin atan atan2 ceil copysign cos cosh erf erfc erfinv exp exp2 expm1 floor fmod frac hypot "
+        "i0 igamma lgamma log log10 log1p log2 max min neg nextafter pow reciprocal round rsqrt sigmoid sin sinh "
+        "sqrt tan tanh trunc clamp clamp_max clamp_min maximum minimum eq ne gt ge lt le fmadd sum",
+    )
 )
 _ASM_RE = re.compile(r"\b(?:asm|__asm__|__asm)\b")
 _STRING_FLAGS = (

@@ -187,8 +187,19 @@ def test_ambiguous_math_name_under_using_namespace_is_a_warning() -> None:
         (', extra_include_paths=["/data"]', "build_flag_refused"),
         (', build_directory="/tmp/elsewhere"', "file_access"),
     ],
-    ids=["cublas", "mkl", "lib_path", "forced_include", "plugin", "wrapper", "joined_B", "xcompiler", "rpath",
-         "include_paths", "build_directory"],  # fmt: skip
+    ids=[
+        "cublas",
+        "mkl",
+        "lib_path",
+        "forced_include",
+        "plugin",
+        "wrapper",
+        "joined_B",
+        "xcompiler",
+        "rpath",
+        "include_paths",
+        "build_directory",
+    ],
 )
 def test_build_arguments_are_checked(kwargs: str, flag: str) -> None:
     assert flag in analyze_candidate(candidate(kwargs=kwargs)).flags
@@ -221,8 +232,10 @@ def test_library_compute_in_cpp_follows_the_policy() -> None:
 
 HONEST_PARALLEL = [
     # std::thread pool joined before returning: policed by the parent's CPU measurement, not by its name
-    fn("std::vector<std::thread> ts; for (int i = 0; i < at::get_num_threads(); i++) ts.emplace_back([]{});"
-       " for (auto& t : ts) t.join(); return x;"),
+    fn(
+        "std::vector<std::thread> ts; for (int i = 0; i < at::get_num_threads(); i++) ts.emplace_back([]{});"
+        " for (auto& t : ts) t.join(); return x;"
+    ),
     fn("auto f = std::async(std::launch::async, []{ return 1; }); f.get(); return x;"),
     fn("at::parallel_for(0, x.numel(), 1024, [&](int64_t b, int64_t e) {}); return x;"),
     # ATen's header-only SIMD type: its exp() is not Tensor.exp (the runtime profiler sees real aten calls)
