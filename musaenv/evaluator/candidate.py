@@ -13,7 +13,7 @@ from musaenv.backends.flags import check_spec_flags
 from musaenv.backends.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.channel import ProtocolError
-from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage
+from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.evaluator.reference import recv_before
 
@@ -178,6 +178,8 @@ def _drive(
                     if not held and (phase == "timing" or not untimed_free):
                         stack.enter_context(device_slot)
                         held = True
+                    if phase == "timing":  # extra threads buy no extra cores (cpu_watch.pin_threads)
+                        pin_threads(worker.pid, timing_cpus(run.cpu_budget))
                     watch.start(phase)
                     worker.chan.send({"type": "go"})
                 deadline = time.monotonic() + timeouts[phase]

@@ -1,4 +1,4 @@
-"""CPU time and threads of a candidate worker, read by the parent from ``/proc`` (parent side).
+"""CPU time, threads and CPU affinity of a candidate worker, read and set by the parent (parent side).
 
 Candidate code shares its process with the worker's harness, so anything the worker measures about itself can be
 forged. The parent reads the worker's CPU seconds (all threads, exited ones included) and thread count when it
@@ -6,23 +6,57 @@ lets a phase start (``go``) and when the phase's data arrives, and compares the 
 reference gets (``TimingConfig.cpu_threads``). A kernel that brings extra threads only while it is being timed
 (C11 ``thrd_create``, raw ``clone``, a pool started in the first timed call) uses more cores than the budget
 during the timing phase; on a busy host an honest kernel only ever uses fewer.
+
+Before the timed calls the parent also pins every thread of the worker to ``cpu_threads`` CPUs
+(:func:`pin_threads`; threads created later inherit the mask of their creator, and the sandbox's seccomp filter
+denies ``sched_setaffinity``), so extra threads cannot buy extra cores at all; the measurement then shows what
+pinning could not prevent (a kernel that cannot be pinned, a platform without affinity).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from musaenv.evaluator.proctree import cpu_seconds, thread_count
 
-__all__ = ["CpuWatch", "PhaseUsage", "over_budget"]
+__all__ = ["CpuWatch", "PhaseUsage", "over_budget", "pin_threads", "timing_cpus"]
 
 # /proc's CPU times come in clock ticks (10 ms): a phase shorter than this cannot be judged.
 MIN_JUDGED_WALL_S = 0.1
 # Slack over budget * wall: two ticks of rounding plus 30 % for the harness's own single-threaded work around
 # the timed calls (fingerprints, copies), which runs on the same thread as the candidate and never in parallel.
 _SLACK_S, _SLACK_FRACTION = 0.03, 0.3
+
+
+def timing_cpus(n: int) -> set[int]:
+    """The CPUs timed calls run on: the last ``n`` this process may use (timing on the CPU is serialised by the
+    evaluator's device slot, so one set serves every evaluation of a process)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return set(allowed[-max(1, n) :])
+
+
+def pin_threads(pid: int, cpus: set[int]) -> int:
+    """Set the affinity of every thread of ``pid`` to ``cpus``, rescanning until no unpinned thread appears;
+    returns the threads pinned (0 when the process is gone or affinity cannot be set)."""
+    done: set[int] = set()
+    for _ in range(8):  # a thread being created while we scan inherits its creator's (maybe unpinned) mask
+        try:
+            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+        except OSError:
+            return len(done)
+        todo = tids - done
+        if not todo:
+            break
+        for tid in todo:
+            with contextlib.suppress(OSError):  # a thread that exited meanwhile
+                os.sched_setaffinity(tid, cpus)
+                done.add(tid)
+            done.add(tid)
+    return len(done)
 
 
 @dataclass(frozen=True)

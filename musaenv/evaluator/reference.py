@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import logging
 import platform
 import time
@@ -22,6 +23,7 @@ import numpy as np
 from musaenv.config import TimingConfig
 from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.forkserver import ForkServer
+from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.integrity import read_sealed, write_sealed
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.evaluator.process import WorkerProcess
@@ -239,6 +241,10 @@ class ReferenceService:
         worker = self._ensure_worker()
         req = self._request(task, plan, timing_cfg, calls, probes)
         cached = self._cached(task, plan) if timing_cfg and not req["timing"] else None
+        if req["timing"] and self.device == "cpu":  # timed on the same cores a candidate's timed calls get
+            pin_threads(worker.pid, timing_cpus(self.cpu_threads))
+        else:
+            pin_threads(worker.pid, set(os.sched_getaffinity(0)))
         worker.chan.send(req)
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
         out.timing_note = cached[1] if cached else ""

@@ -23,14 +23,15 @@ fsmount 432 432  fspick 433 433  mount_setattr 442 442  bpf 321 280  setrlimit 1
 chmod 90 -  fchmod 91 52  fchmodat 268 53  fchmodat2 452 452  chown 92 -  fchown 93 55  lchown 94 -
 fchownat 260 54  setxattr 188 5  lsetxattr 189 6  fsetxattr 190 7  setxattrat 463 463  removexattr 197 14
 lremovexattr 198 15  fremovexattr 199 16  removexattrat 466 466  unshare 272 97  setns 308 268  add_key 248 217
-request_key 249 218  keyctl 250 219  seccomp 317 277  capset 126 91
+request_key 249 218  keyctl 250 219  seccomp 317 277  capset 126 91  sched_setaffinity 203 122
 """.split()  # noqa: SIM905 - a table reads better than 165 literals
 _ARCHES = {"x86_64": (1, 0xC000003E), "aarch64": (2, 0xC00000B7)}  # table column, AUDIT_ARCH_* (linux/audit.h)
 _ADMIN = (  # noqa: SIM905
     "ptrace process_vm_readv process_vm_writev init_module finit_module delete_module kexec_load kexec_file_load "
     "reboot swapon swapoff mount umount2 pivot_root move_mount fsopen fsmount fspick mount_setattr bpf setrlimit "
     "prlimit64 chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat setxattr lsetxattr fsetxattr setxattrat "
-    "removexattr lremovexattr fremovexattr removexattrat unshare setns add_key request_key keyctl"
+    "removexattr lremovexattr fremovexattr removexattrat unshare setns add_key request_key keyctl "
+    "sched_setaffinity"  # the parent pins the worker's threads for the timed calls (cpu_watch)
 ).split()
 # Same order and rules as filter_entries() in csrc/guard.cpp: the programs must be identical.
 _GROUPS = {
