@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import logging
+import os
 import platform
 import time
 from collections.abc import Sequence
@@ -22,8 +22,8 @@ import numpy as np
 
 from musaenv.config import TimingConfig
 from musaenv.evaluator.channel import ProtocolError
-from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
+from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.integrity import read_sealed, write_sealed
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.evaluator.process import WorkerProcess
