@@ -38,6 +38,8 @@ class CandidateRun:
         runtime_arrays: Arrays of the ``trials`` report (repeat and perturbed-run outputs).
         cpu: CPU use of the trials and timing phases, read by the parent from ``/proc`` (:mod:`cpu_watch`).
         cpu_budget: Cores the worker may use (the reference's intra-op threads).
+        timing_layout: (warm-up calls, timing pool size) of the plan, set by the evaluator: which timed calls
+            saw a new input (:func:`musaenv.evaluator.plan.first_use_calls`).
         refused_log: Why a build was refused before any compiler ran (flags outside the allow-list): the
             verdict is then ``format_error``, whatever the worker made of the refusal.
     """
@@ -56,6 +58,7 @@ class CandidateRun:
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
     runtime_arrays: list[np.ndarray] = field(default_factory=list)
     refused_log: str = ""
+    timing_layout: tuple[int, int] | None = None
     cpu: list[PhaseUsage] = field(default_factory=list)
     cpu_budget: int = 1
 

@@ -175,6 +175,7 @@ class LocalEvaluator:
             run = self._run_candidate(task, ext.code, plan)
         except RuntimeError as e:
             return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e),))
+        run.timing_layout = (self.config.timing.warmup, plan.timing_pool)
         atol, rtol = self._tolerances(task)
         ref = None
         if run.failure is None and not run.compile_only:

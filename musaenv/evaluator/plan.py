@@ -12,7 +12,7 @@ import numpy as np
 from musaenv.config import EvalConfig
 from musaenv.tasks.task import Shape, Task
 
-__all__ = ["EvalPlan", "make_plan"]
+__all__ = ["EvalPlan", "first_use_calls", "make_plan"]
 
 RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
 # Further timed calls, picked after the run, whose output fingerprints are checked: TimingConfig.probes (4), the
@@ -62,6 +62,22 @@ class EvalPlan:
         return [{"shape_index": k, "seed": s} for k, s in list(self.trials) + (extra or [])]
 
 
+def first_use_calls(n_calls: int, warmup: int, pool: int) -> list[int]:
+    """Timed calls whose input no earlier call saw, warm-up included (warm-up call ``j`` uses pool entry
+    ``pool - 1 - j % pool``, timed call ``i`` entry ``i % pool``; :func:`musaenv.timing.timers.time_forward`).
+
+    Only these count for the reported time: a cache keyed on input content answers a repeated input for free, so a
+    repeat measures the cache, not the kernel.
+    """
+    seen = {pool - 1 - j % pool for j in range(warmup)}
+    fresh: list[int] = []
+    for i in range(n_calls):
+        if i % pool not in seen:
+            fresh.append(i)
+            seen.add(i % pool)
+    return fresh
+
+
 def _entropy(seed: int, secret: bool) -> list[int]:
     """The seed, plus 128 secret bits from ``os.urandom`` unless plans must be reproducible."""
     words = [int(seed) & 0xFFFFFFFFFFFFFFFF]
@@ -79,7 +95,9 @@ def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
     # Round-robin over shapes so every shape gets a trial when num_trials >= len(shapes).
     trials = tuple((i % len(shapes), draws[i]) for i in range(config.num_trials))
     timing = config.timing
-    pool = max(1, min(timing.repeats, 16))
+    # Distinct timing inputs: one per warm-up and timed call up to 16 (each is a full input set; 16 bounds the
+    # memory); calls past that reuse inputs and do not count for the median (first_use_calls).
+    pool = max(1, min(timing.repeats + timing.warmup, 16))
     span = max(1, min(timing.repeats, 10))
     keep = tuple(sorted({int(x) for x in rng.choice(span, size=min(RECHECK_CALLS, span), replace=False)}))
     probe_seed = int(rng.integers(0, 2**31 - 1))

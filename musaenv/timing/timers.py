@@ -132,7 +132,9 @@ def time_forward(
     keep: Sequence[int] = (),
     reference: bool = False,
 ) -> TimedRun:
-    """Time ``fn`` on ``repeats`` calls; call ``i`` uses a clone of ``inputs[i % len(inputs)]``.
+    """Time ``fn`` on ``repeats`` calls; call ``i`` uses a clone of ``inputs[i % len(inputs)]``, warm-up call ``j``
+    one of ``inputs[-1 - j % len(inputs)]`` (from the other end, so a timed call repeats a warm-up input only when
+    the pool is too small for both; the parent counts first uses only, musaenv.evaluator.plan.first_use_calls).
 
     ``keep`` lists call indices whose outputs are returned for a recheck; the last call's output is returned too.
     Every call's output fingerprint is taken after its clock stopped (``reference``: the reference's form).
@@ -140,7 +142,7 @@ def time_forward(
     """
     flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
     for i in range(warmup):
-        fn(*clone_args(inputs[i % len(inputs)]))
+        fn(*clone_args(inputs[-1 - i % len(inputs)]))
     clock.sync()
     samples: list[float] = []
     host: list[float] = []

@@ -9,7 +9,7 @@ import pytest
 
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.channel import Channel, ProtocolError
-from musaenv.evaluator.plan import make_plan
+from musaenv.evaluator.plan import first_use_calls, make_plan
 from musaenv.tasks.builtin import get_task
 
 
@@ -81,3 +81,12 @@ def test_probe_calls_are_seeded_disjoint_from_the_rechecked_ones_and_cover_short
         short = make_plan(task, "cpu", EvalConfig(timing=TimingConfig(repeats=5)), seed)
         kept = sorted({*short.keep, 4})
         assert len(set(kept) | set(short.probe_calls(5, kept))) >= 4
+
+
+def test_only_first_uses_of_an_input_count_for_the_time():
+    # 3 warm-up calls take pool entries 15, 14, 13; timed calls 13-15 repeat them, 16-19 repeat 0-3
+    assert first_use_calls(20, 3, 16) == list(range(13))
+    assert first_use_calls(5, 1, 6) == [0, 1, 2, 3, 4]  # the test suites' timing: every timed input is new
+    assert first_use_calls(4, 0, 2) == [0, 1]
+    plan = make_plan(get_task("l1_relu"), "cpu", EvalConfig(timing=TimingConfig(warmup=1, repeats=5)), 0)
+    assert plan.timing_pool == 6

@@ -1,0 +1,69 @@
+"""The verdict's parent-side measurements, on hand-built records: refused builds, cores over budget, reused inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from musaenv.evaluator.candidate import CandidateRun
+from musaenv.evaluator.cpu_watch import PhaseUsage, over_budget
+from musaenv.evaluator.reference import RefOutputs
+from musaenv.evaluator.verdict import judge
+from musaenv.types import EvalResult, Stage, TimingStats
+from musaenv.verification.runtime import RuntimeSettings
+
+OFF = RuntimeSettings("off", False)
+
+
+def _pair(samples_ms: list[float] | None = None) -> tuple[CandidateRun, RefOutputs]:
+    rng = np.random.default_rng(0)
+    outs = [[rng.standard_normal((8, 8)).astype(np.float32)] for _ in range(3)]
+    run = CandidateRun(trials=[(o, ["float32"], []) for o in outs])
+    ref = RefOutputs(trials=[(o, ["float32"]) for o in outs])
+    if samples_ms is not None:
+        run.timing = ({"samples_ms": samples_ms}, [])
+        ref.timing = TimingStats.from_samples([10.0] * 5)
+    return run, ref
+
+
+def _judge(run: CandidateRun, ref: RefOutputs, device: str = "cpu") -> EvalResult:
+    return judge(run, ref, task_id="t", backend="cpu", device=device, atol=1e-5, rtol=1e-5, log_chars=500, runtime=OFF)
+
+
+def test_a_refused_build_is_a_format_error_whatever_the_worker_said() -> None:
+    run, ref = _pair()
+    run.refused_log = "build flag '-wrapper' in extra_cflags is not allowed; allowed: ..."
+    run.failure = ("compile_error", "building extension failed")
+    r = _judge(run, ref)
+    assert r.stage is Stage.FORMAT_ERROR and "-wrapper" in r.compiler_log
+
+
+def test_cores_over_the_budget_while_timed_are_cheating_on_the_cpu_only() -> None:
+    run, ref = _pair([10.0] * 5)
+    run.cpu = [PhaseUsage("trials", 1.0, 3.0, 2, 2), PhaseUsage("timing", 1.0, 2.6, 2, 6)]
+    assert _judge(run, ref).stage is Stage.CHEATING and "cpu_overuse" in _judge(run, ref).flags
+    assert _judge(run, ref, device="cuda").stage is Stage.CORRECT  # host threads of a GPU kernel are not timed
+    run.cpu = [PhaseUsage("trials", 1.0, 3.0, 2, 2)]  # many cores while untimed: no advantage, no verdict
+    assert _judge(run, ref).stage is Stage.CORRECT
+
+
+@pytest.mark.parametrize(
+    ("wall_s", "cpu_s", "budget", "over"),
+    [(1.0, 1.05, 1, False), (1.0, 1.2, 1, False), (1.0, 1.5, 1, True), (1.0, 2.0, 2, False), (0.05, 0.2, 1, False)],
+)
+def test_over_budget_bound(wall_s: float, cpu_s: float, budget: int, over: bool) -> None:
+    assert over_budget(PhaseUsage("timing", wall_s, cpu_s, 1, 1), budget) is over
+
+
+def test_timed_calls_on_reused_inputs_do_not_count_for_the_median() -> None:
+    # warm-up 3, pool 16, 20 timed calls: calls 13-19 repeat an input; a content-keyed cache answers them in 0.01 ms
+    samples = [float(ms) for ms in range(1, 14)] + [0.01] * 7
+    run, ref = _pair(samples)
+    run.timing_layout = (3, 16)
+    r = _judge(run, ref)
+    assert r.stage is Stage.CORRECT and r.runtime_ms == pytest.approx(7.0) and r.speedup == pytest.approx(10 / 7)
+    run.timing_layout = None  # without the layout every call counts: the cache would have halved the median
+    assert _judge(run, ref).runtime_ms == pytest.approx(3.5)
+    run.timing_layout = (3, 3)  # no timed call sees a new input: all counted, and said
+    r = _judge(run, ref)
+    assert "timing_inputs_reused" in r.warnings
