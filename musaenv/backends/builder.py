@@ -149,6 +149,8 @@ def main(argv: list[str]) -> int:
     writable = [Path(job["pch_cache"])] if job.get("pch_cache") else []
     for d in writable:
         d.mkdir(parents=True, exist_ok=True)
+    if job.get("confine") is False:  # configure_builds(confine=False): measurement of the sandbox's cost only
+        return _build_and_report(tmp, {"confined": False})
     return run_confined(
         lambda report: _build_and_report(tmp, report),
         tmp,

@@ -106,6 +106,7 @@ class _BuildSettings:
 
     def __init__(self) -> None:
         self.mode = "fast"
+        self.confine = True
         self.max_parallel = default_build_parallelism()
         self.slots = threading.BoundedSemaphore(self.max_parallel)
 
@@ -113,7 +114,9 @@ class _BuildSettings:
 _SETTINGS = _BuildSettings()
 
 
-def configure_builds(mode: str | None = None, max_parallel: int | None = None) -> tuple[str, int]:
+def configure_builds(
+    mode: str | None = None, max_parallel: int | None = None, *, confine: bool | None = None
+) -> tuple[str, int]:
     """Set this process's default build mode and its bound on concurrent builds; returns the settings in force.
 
     Args:
@@ -121,10 +124,16 @@ def configure_builds(mode: str | None = None, max_parallel: int | None = None) -
             ``pch`` (torch's ``main.cpp`` with a precompiled header) or ``torch`` (torch's ``load_inline``).
             ``fast`` and ``pch`` fall back to ``torch`` by themselves when they cannot run.
         max_parallel: Builds running at once in this process (cache hits never wait for a slot).
+        confine: ``False`` runs builds without the build sandbox (:mod:`musaenv.backends.build_jail`). Only for
+            measuring what the sandbox costs (``benchmarks/build_sandbox_cost.py``); never with candidate code.
 
     Raises:
         ValueError: an unknown mode or a bound below 1.
     """
+    if confine is not None:
+        _SETTINGS.confine = confine
+        if not confine:
+            log.warning("builds run WITHOUT the build sandbox: only for measurement, never for candidates")
     if mode is not None:
         if mode not in BUILD_MODES:
             raise ValueError(f"build mode must be one of {BUILD_MODES}, found {mode!r}")
@@ -236,7 +245,7 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         job = {**spec.to_dict(), "name": name, "build_mode": mode, "pch_cache": str(pch_cache_root()),
-               "timeout_s": timeout_s, "parent_pid": os.getpid()}  # fmt: skip
+               "timeout_s": timeout_s, "parent_pid": os.getpid(), "confine": _SETTINGS.confine}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(job))
         rc, timed_out = _run_builder(tmp, timeout_s)
         seconds = time.perf_counter() - start
