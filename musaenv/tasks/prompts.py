@@ -45,8 +45,15 @@ RULES = """Rules (a violation is judged `cheating` and scores -1):
   allocation (torch.empty/zeros/...), views and reshapes, .contiguous(), copies, casts, reading parameters.
   No torch compute ops (matmul, relu, sum, softmax, conv, ...), no nn modules called in forward, no fallback
   to PyTorch in try/except, no calls into cuBLAS/cuDNN or at::/torch:: compute inside C++.
-- No exec/eval, no threads or processes, no network, no files, no monkeypatching, no reading the
+- No exec/eval, no Python threads or processes, no network, no files, no monkeypatching, no reading the
   environment or the evaluator's state. Do not cache outputs between calls or modify the inputs.
+- In C++: std::thread / std::async joined before returning, at::parallel_for, OpenMP and at::vec::Vectorized
+  are fine, but timed calls run pinned to the reference's cores, so extra threads buy nothing. Refused: raw
+  thread and process APIs (pthread_create, thrd_create, clone, fork), the CPython C API, BLAS/LAPACK/MKL
+  entry points (sgemm, cblas_*, mkl_*), system calls in inline asm.
+- Build flags: only -O*, -std=, -march=/-mtune=, ISA flags (-mavx2, -mfma, ...), -ffast-math, -funroll-loops,
+  -fopenmp, -D/-U macros, warnings (nvcc: also --use_fast_math, -arch=sm_NN, -Xptxas, -lineinfo); linker:
+  -l of the C/CUDA runtime libraries. Any other flag or include path is refused as a format_error.
 - Outputs must match the reference within tolerance on fresh random inputs, for several input shapes:
   never hard-code sizes."""
 

@@ -89,3 +89,56 @@ def test_build_writes_only_its_dir_has_no_network_and_leaves_nothing_alive(tmp_p
     assert (build_dir / "daemon.pid").exists()  # the daemon did start inside the build
     time.sleep(0.5)
     assert _outer_pid_of_daemon(build_dir) is None, "a process the build started outlived it"
+
+
+_SLOW_BUILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from musaenv.backends.loader import BuildSpec, build_extension
+    # torch's own load_inline path: parsing torch/extension.h keeps cc1plus busy for ~30 s
+    src = "long f() { return 1; }\\n// " + sys.argv[2] + "\\n"
+    spec = BuildSpec.from_load_inline({"cpp_sources": src, "functions": ["f"]}, "cpu")
+    print("building", flush=True)
+    build_extension(spec, timeout_s=600, root=Path(sys.argv[1]), mode="torch")
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux process model")
+def test_killing_the_evaluator_kills_its_build(tmp_path: Path) -> None:
+    from musaenv.evaluator.proctree import descendants
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_BUILD, str(tmp_path), os.urandom(8).hex()],
+        stdout=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "building"
+    deadline = time.time() + 120
+    tree: list[int] = []
+    while time.time() < deadline and not any(_is_compiler(p) for p in tree):
+        time.sleep(0.2)
+        tree = descendants(proc.pid)
+    assert any(_is_compiler(p) for p in tree), "no compiler started"
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and [p for p in tree if _alive(p)]:
+        time.sleep(0.2)
+    assert [p for p in tree if _alive(p)] == [], "the build outlived the evaluator that started it"
+
+
+def _is_compiler(pid: int) -> bool:
+    try:
+        return b"cc1plus" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
