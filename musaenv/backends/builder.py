@@ -124,8 +124,24 @@ def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     return {"ok": True, "log": "", "tier": "musa"}
 
 
+def _compile_only(spec: dict[str, Any]) -> dict[str, object]:
+    """The CUDA compile-only check (no GPU here), run confined like any build."""
+    from musaenv.backends.cuda_compile import cuda_compile_check
+
+    check = cuda_compile_check(
+        spec["cpp_sources"], spec["cuda_sources"], spec["functions"],
+        extra_cuda_cflags=spec["extra_cuda_cflags"], extra_cflags=spec["extra_cflags"],
+        extra_include_paths=spec["extra_include_paths"], timeout_s=float(spec.get("timeout_s") or 300),
+    )  # fmt: skip
+    steps = [s if isinstance(s, dict) else str(s) for s in check.steps]
+    return {"ok": check.ok, "log": check.log, "tier": "compile_only", "steps": steps,
+            "inconclusive": check.inconclusive or ""}  # fmt: skip
+
+
 def _build(tmp: Path) -> dict[str, object]:
     spec = json.loads((tmp / "spec.json").read_text())
+    if spec.get("compile_only"):
+        return _compile_only(spec)
     if spec.get("backend") == "musa" and (spec.get("cuda_sources") or spec.get("with_cuda")):
         return _musa(spec, tmp)  # device code goes to mcc, never to nvcc
     return _fast(spec, tmp) or _torch(spec, tmp)

@@ -296,7 +296,7 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
 
 
 def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float) -> BuildOutcome:
-    from musaenv.backends.cuda_compile import CHECK_VERSION, cuda_compile_check
+    from musaenv.backends.cuda_compile import CHECK_VERSION
 
     verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
     cached = read_sealed(verdict, f"compile_only:{name}")
@@ -309,26 +309,27 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
             seconds=time.perf_counter() - start,
             extra=cached.get("extra", {}),
         )
-    check = cuda_compile_check(
-        spec.cpp_sources,
-        spec.cuda_sources,
-        spec.functions,
-        extra_cuda_cflags=spec.extra_cuda_cflags,
-        extra_cflags=spec.extra_cflags,
-        extra_include_paths=spec.extra_include_paths,
-        timeout_s=timeout_s,
-    )
-    extra = {"steps": [s if isinstance(s, dict) else str(s) for s in check.steps]}
-    timed_out = "timed out" in check.log.lower() and not check.ok
-    if check.inconclusive:  # e.g. a header this toolkit lacks: the machine cannot judge it, so no verdict
-        return BuildOutcome(
-            False, name, log=check.log, seconds=time.perf_counter() - start, infra_error=True, extra=extra
-        )
+    tmp = final_dir.parent / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:  # the compilers run confined, like every build (musaenv.backends.build_jail)
+        job = {**spec.to_dict(), "name": name, "timeout_s": timeout_s, "parent_pid": os.getpid(),
+               "confine": _SETTINGS.confine}  # fmt: skip
+        (tmp / "spec.json").write_text(json.dumps(job))
+        rc, killed = _run_builder(tmp, timeout_s + 60)  # the check bounds each step itself; this is a backstop
+        result = _read_json(tmp / "result.json")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    if killed or not result:
+        why = "was killed at its time limit" if killed else f"ended without a result (exit {rc})"
+        return BuildOutcome(False, name, log=f"the compile-only check {why}", seconds=seconds, infra_error=True)
+    log_text, extra = str(result.get("log", "")), {"steps": result.get("steps", [])}
+    timed_out = "timed out" in log_text.lower() and not result.get("ok")
+    if result.get("inconclusive"):  # e.g. a header this toolkit lacks: the machine cannot judge it, so no verdict
+        return BuildOutcome(False, name, log=log_text, seconds=seconds, infra_error=True, extra=extra)
     if not timed_out:
-        write_sealed(verdict, f"compile_only:{name}", {"ok": check.ok, "log": check.log, "extra": extra})
-    return BuildOutcome(
-        check.ok, name, log=check.log, seconds=time.perf_counter() - start, timed_out=timed_out, extra=extra
-    )
+        write_sealed(verdict, f"compile_only:{name}", {"ok": bool(result.get("ok")), "log": log_text, "extra": extra})
+    return BuildOutcome(bool(result.get("ok")), name, log=log_text, seconds=seconds, timed_out=timed_out, extra=extra)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
