@@ -291,6 +291,7 @@ def _scan_names(code: str, line_of: _Lines, known: frozenset[str] = frozenset())
                 yield CppHit(flag, name, line_of(m.start(1)), f"{name}: {what}")
                 break
     vectorized = _VECTORIZED_RE.search(code) is not None
+    threads = re.search(r"\bstd\s*::\s*j?thread\b|\bthread\s*\(", code) is not None  # Tensor.detach() is plumbing
     for m in _METHOD_RE.finditer(code):
         method = m.group(1)
         if vectorized and method in _VEC_METHODS:
@@ -302,6 +303,9 @@ def _scan_names(code: str, line_of: _Lines, known: frozenset[str] = frozenset())
             yield CppHit("library_compute", f".{method}()", line_of(m.start(1)), f".{method}(): tensor compute op")
         elif method == "attr":
             yield CppHit("dynamic_code", ".attr()", line_of(m.start(1)), ".attr(): calls back into Python objects")
+        elif method == "detach" and threads:  # threads are allowed only when joined before the call returns
+            detail = ".detach(): a detached thread outlives the call (deferred work); join threads before returning"
+            yield CppHit("thread_or_process", ".detach()", line_of(m.start(1)), detail)
     using_torch = any(
         re.sub(r"\s|^::", "", u.group(1)).split("::")[0] in al.CPP_TORCH_NAMESPACES for u in _USING_NS_RE.finditer(code)
     )
