@@ -45,9 +45,13 @@ EVAL_OPTIONS: tuple[EvalOption, ...] = (
     EvalOption(
         "--timeout",
         ("run_timeout_s", "timing_timeout_s"),
-        {"type": float, "default": None, "metavar": "S",
-         "help": "limit (s) on a sample's correctness trials, and on its timing; past it the verdict is timeout"},
-    ),  # fmt: skip
+        {
+            "type": float,
+            "default": None,
+            "metavar": "S",
+            "help": "limit (s) on a sample's correctness trials, and on its timing; past it the verdict is timeout",
+        },
+    ),
 )
 
 

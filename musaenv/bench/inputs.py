@@ -136,13 +136,16 @@ def _kernelbench_folder(folder: Path, tasks_root: Path) -> list[Sample]:
     root = tasks_root / "KernelBench" if (tasks_root / "KernelBench").is_dir() else tasks_root
     if not root.is_dir():
         raise MusaEnvError(f"--tasks {tasks_root}: not a folder (expected a KernelBench checkout with level1/ ...)")
-    found = sorted((m, f) for f in folder.iterdir() if (m := KERNELBENCH_NAME.match(f.name)) and f.is_file())
+    found = sorted(
+        (tuple(int(g) for g in m.groups()), f)
+        for f in folder.iterdir()
+        if (m := KERNELBENCH_NAME.match(f.name)) and f.is_file()
+    )
     if not found:
         raise MusaEnvError(f"{folder}: no files named level_<L>_problem_<P>_sample_<S>_kernel.py")
     problems: dict[tuple[int, int], Task] = {}
     samples = []
-    for m, f in sorted(found, key=lambda mf: tuple(int(g) for g in mf[0].groups())):
-        level, problem, sample = (int(g) for g in m.groups())
+    for (level, problem, sample), f in found:
         if (level, problem) not in problems:
             problems[(level, problem)] = _kernelbench_problem(root, level, problem)
         task = problems[(level, problem)]

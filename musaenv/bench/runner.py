@@ -181,9 +181,7 @@ def _plan(
     return list(groups.values()), reused, left
 
 
-def run_bench(
-    samples: Sequence[Sample], out_dir: str | Path, options: BenchOptions, evaluator: Any = None
-) -> RunStats:
+def run_bench(samples: Sequence[Sample], out_dir: str | Path, options: BenchOptions, evaluator: Any = None) -> RunStats:
     """Evaluate the samples that ``out_dir`` lacks and append their rows to its ``results.jsonl``.
 
     Args:

@@ -1,0 +1,136 @@
+"""``musaenv bench`` end to end on real candidates: shipped solutions, broken, wrong, cheating and crashing ones.
+
+Verdicts, pass@k against a direct computation, fast_p against the rows' own speedups, an interrupted run resumed
+without evaluating a sample twice, and a KernelBench generations folder with a reference file of our own.
+The C++ candidates share their sources with tests/integration/hazards.py, so the build cache serves them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from musaenv.cli import main
+from musaenv.tasks.builtin import solution_source
+from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
+
+KB_MINI = Path(__file__).resolve().parents[1] / "data" / "kernelbench_mini"
+FAST = ["--backend", "cpu", "--workers", "2", "--trials", "3", "--no-plots", "--quiet"]
+
+
+def _fence(code: str) -> str:
+    return f"Here is my kernel:\n```python\n{code}\n```\n"
+
+
+def _generations(path: Path) -> dict[tuple[str, int], str]:
+    """Two built-in tasks, the verdicts each sample must get, written as a JSONL; returns the expected verdicts."""
+    relu, add = solution_source("l1_relu"), solution_source("l1_add")
+    cheat = relu.replace("return ext.relu_forward(x)", "return torch.relu(x)")  # the reference's op, no kernel
+    rows = [
+        ("l1_relu", _fence(relu), "correct"),
+        ("l1_relu", COMPILE_ERROR_CANDIDATE, "compile_error"),
+        ("l1_relu", hazard_candidate("relu_wrong"), "incorrect"),
+        ("l1_relu", _fence(cheat), "cheating"),
+        ("l1_relu", _fence(relu), "correct"),  # identical to sample 0: evaluated once
+        ("l1_add", _fence(add), "correct"),
+        ("l1_add", "Sorry, I cannot write this kernel.", "format_error"),
+        ("l1_add", hazard_candidate("segfault"), "runtime_error"),  # a crashing worker costs this sample only
+    ]
+    expected, lines = {}, []
+    for task, response, verdict in rows:
+        sample = sum(1 for t, _ in expected if t == task)
+        expected[(task, sample)] = verdict
+        lines.append(json.dumps({"task": task, "sample": sample, "response": response, "model": "test"}))
+    path.write_text("\n".join(lines) + "\n")
+    return expected
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def _direct_pass_at_k(counts: list[tuple[int, int]], k: int) -> float:
+    """pass@k straight from Chen et al.'s definition, written independently of musaenv.bench.metrics."""
+    return sum(1 - math.comb(n - c, k) / math.comb(n, k) for n, c in counts) / len(counts)
+
+
+def test_bench_without_compiling_and_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cheat = solution_source("l1_relu").replace("return ext.relu_forward(x)", "return torch.relu(x)")
+    gen = tmp_path / "gen.jsonl"
+    gen.write_text(
+        json.dumps({"task": "l1_relu", "response": "no code"}) + "\n"
+        + json.dumps({"task": "l1_relu", "response": _fence(cheat)}) + "\n"
+    )  # fmt: skip
+    assert main(["bench", str(gen), "--out", str(tmp_path / "out"), *FAST]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["verdicts"] == {"cheating": 1, "format_error": 1} and summary["pass_at_k"] == {"1": 0.0, "2": 0.0}
+    assert "| correct rate | 0.0 % |" in capsys.readouterr().out
+    assert main(["bench", str(gen), "--out", str(tmp_path / "out"), *FAST]) == 2  # results there, no --resume
+    assert main(["bench", str(gen)]) == 2  # no --out
+    assert main(["bench", "compare", str(tmp_path / "out")]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert main(["bench", "compare", str(tmp_path / "out"), str(tmp_path / "out")]) == 0
+    assert "same: 1" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_bench_verdicts_metrics_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gen, out = tmp_path / "gen.jsonl", tmp_path / "run"
+    expected = _generations(gen)
+    # An interrupted run: three samples, then a line cut off mid-write.
+    assert main(["bench", str(gen), "--out", str(out), "--limit", "3", *FAST]) == 0
+    first = (out / "results.jsonl").read_text()
+    with (out / "results.jsonl").open("a") as f:
+        f.write('{"task": "l1_add", "sample": 0, "res')
+    capsys.readouterr()
+    assert main(["bench", str(gen), "--out", str(out), "--resume", *FAST]) == 0
+    assert "8 samples: 3 already in" in capsys.readouterr().out
+    rows = _rows(out)
+    assert (out / "results.jsonl").read_text().startswith(first)  # earlier rows kept byte for byte
+    assert sorted((r["task"], r["sample"]) for r in rows) == sorted(expected)  # each sample once
+    got = {(r["task"], r["sample"]): r["result"]["stage"] for r in rows}
+    assert got == expected, {k: (got[k], r["result"]["messages"][:2]) for k, r in zip(got, rows)}
+    dup = next(r for r in rows if (r["task"], r["sample"]) == ("l1_relu", 4))
+    assert dup["duplicate_of"] == 0 and dup["model"] == "test"
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tasks"] == 2 and summary["samples"] == 8
+    counts = [(5, 2), (3, 1)]  # (n, c) of l1_relu and l1_add
+    assert summary["pass_at_k"] == pytest.approx({str(k): _direct_pass_at_k(counts, k) for k in (1, 2)})
+    assert summary["correct_rate"] == pytest.approx(3 / 8)
+    speedups = [r["result"]["speedup"] for r in rows if r["result"]["stage"] == "correct"]
+    assert all(s is not None and s > 0 for s in speedups)
+    for p, value in summary["fast_p"].items():
+        assert value == pytest.approx(sum(s > float(p) for s in speedups) / 8)
+    assert summary["geomean_speedup"] == pytest.approx(math.exp(sum(map(math.log, speedups)) / 3))
+    assert summary["by_level"]["1"]["verdicts"] == summary["verdicts"]
+
+    # Resuming a finished run evaluates nothing and gives the same summary.
+    assert main(["bench", str(gen), "--out", str(out), "--resume", *FAST]) == 0
+    assert "8 already in" in capsys.readouterr().out
+    assert json.loads((out / "summary.json").read_text()) == summary
+    assert _rows(out) == rows
+
+
+@pytest.mark.slow
+def test_bench_kernelbench_generations_folder(tmp_path: Path) -> None:
+    gens = tmp_path / "runs" / "my_model"
+    gens.mkdir(parents=True)
+    for sample, fn in enumerate(("relu_ok", "relu_wrong")):  # plain programs, as KernelBench stores them
+        code = hazard_candidate(fn).split("```python\n", 1)[1].rsplit("```", 1)[0]
+        (gens / f"level_1_problem_1_sample_{sample}_kernel.py").write_text(code)
+    (gens / "level_1_problem_1_sample_0_prompt.txt").write_text("ignored")
+    out = tmp_path / "out"
+    assert main(["bench", str(gens), "--tasks", str(KB_MINI), "--out", str(out), *FAST]) == 0
+    rows = sorted(_rows(out), key=lambda r: r["sample"])
+    assert [(r["task"], r["level"], r["result"]["stage"]) for r in rows] == [
+        ("level1/1_Small_ReLU", 1, "correct"),
+        ("level1/1_Small_ReLU", 1, "incorrect"),
+    ]
+    assert rows[0]["file"] == "level_1_problem_1_sample_0_kernel.py"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pass_at_k"] == {"1": 0.5, "2": 1.0} and summary["by_level"]["1"]["samples"] == 2
