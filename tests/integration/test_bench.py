@@ -134,3 +134,22 @@ def test_bench_kernelbench_generations_folder(tmp_path: Path) -> None:
     assert rows[0]["file"] == "level_1_problem_1_sample_0_kernel.py"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pass_at_k"] == {"1": 0.5, "2": 1.0} and summary["by_level"]["1"]["samples"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_bench_on_ray(tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+    gen = tmp_path / "gen.jsonl"
+    rows = [{"task": "l1_relu", "response": hazard_candidate(fn)} for fn in ("relu_ok", "segfault")]
+    rows.append({"task": "l1_relu", "response": "no code"})
+    gen.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024**2)
+    try:
+        # One execution actor: it holds a CPU, and the prebuild tasks need the other.
+        args = ["--ray", "--backend", "cpu", "--workers", "1", "--trials", "3", "--no-plots", "--quiet"]
+        assert main(["bench", str(gen), "--out", str(tmp_path / "out"), *args]) == 0
+    finally:
+        ray.shutdown()
+    stages = [r["result"]["stage"] for r in sorted(_rows(tmp_path / "out"), key=lambda r: r["sample"])]
+    assert stages == ["correct", "runtime_error", "format_error"]
