@@ -10,4 +10,21 @@ See docs/bench.md for each metric's formula.
 
 from __future__ import annotations
 
-__all__ = ["metrics"]
+import importlib
+from typing import Any
+
+__all__ = ["BenchOptions", "load_generations", "run_bench", "summarize", "write_reports"]
+
+_LAZY = {
+    "BenchOptions": "musaenv.bench.runner",
+    "run_bench": "musaenv.bench.runner",
+    "load_generations": "musaenv.bench.inputs",
+    "summarize": "musaenv.bench.metrics",
+    "write_reports": "musaenv.bench.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(name)

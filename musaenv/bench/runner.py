@@ -4,9 +4,9 @@ Throughput comes from :class:`~musaenv.evaluator.pool.EvaluatorPool` (builds in 
 device) or :class:`~musaenv.evaluator.ray_backend.RayEvaluator`. On top of it this module:
 
 * evaluates each distinct (task, response) once and copies the result to its duplicates;
-* lets a task's first sample run alone: it times the reference, which the evaluators cache per task and machine,
-  so the task's other samples reuse that timing instead of timing it again side by side (other tasks' samples
-  fill the pool meanwhile);
+* lets a task's first sample run alone (other tasks' samples fill the pool meanwhile): when it gets as far as
+  timing, it times the reference, which the evaluators cache per task and machine, so the task's other samples
+  reuse that timing instead of timing it again side by side;
 * writes each result as it arrives (:class:`~musaenv.bench.store.ResultStore`), so ``--resume`` continues a run
   that was interrupted;
 * turns anything that escapes an evaluator into an ``infra_error`` row of that sample: a crash, timeout or killed
@@ -145,6 +145,8 @@ def _evaluate(ev: Any, jobs: Sequence[list[Sample]], seed: int, warm: set[str]
     while queue or pending:
         while len(pending) < limit and (group := queue.take()) is not None:
             pending[ev.submit(group[0].task, group[0].response, seed)] = group
+        if not pending:  # cannot happen (only a task with a job in flight is held back); never spin
+            raise RuntimeError("bench scheduler: jobs left but none could start")
         done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         for fut in done:
             group = pending.pop(fut)
