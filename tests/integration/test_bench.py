@@ -1,7 +1,8 @@
 """``musaenv bench`` end to end on real candidates: shipped solutions, broken, wrong, cheating and crashing ones.
 
-Verdicts, pass@k against a direct computation, fast_p against the rows' own speedups, an interrupted run resumed
-without evaluating a sample twice, and a KernelBench generations folder with a reference file of our own.
+Verdicts, pass@k against a direct computation, fast_p against the rows' own speedups, an interrupted run (a line
+cut off mid-write; a real Ctrl-C) resumed without evaluating a sample twice, a KernelBench generations folder with
+a reference file of our own, and the same on Ray.
 The C++ candidates share their sources with tests/integration/hazards.py, so the build cache serves them.
 """
 
@@ -9,6 +10,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +159,37 @@ def test_bench_on_ray(tmp_path: Path) -> None:
         ray.shutdown()
     stages = [r["result"]["stage"] for r in sorted(_rows(tmp_path / "out"), key=lambda r: r["sample"])]
     assert stages == ["correct", "runtime_error", "format_error"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> None:
+    gen, out = tmp_path / "gen.jsonl", tmp_path / "run"
+    fns = ["relu_ok", "relu_wrong", "spin", "spin", "spin", "spin"]
+    # Distinct texts around one program per function: one build each, no sample a duplicate of another.
+    rows = [{"task": "l1_relu", "response": hazard_candidate(fn) + f"\n(attempt {i})"} for i, fn in enumerate(fns)]
+    gen.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--backend", "cpu", "--workers", "1", "--trials", "2", "--timeout", "3", "--no-plots", "--quiet"]
+    cmd = [sys.executable, "-m", "musaenv.cli", "bench", str(gen), "--out", str(out), *args]
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if results.exists() and len(results.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: the parent only, as a terminal would deliver it to the job
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err[-2000:]
+    assert "--resume" in err
+    first = results.read_text()
+    n_first = len(first.splitlines())
+    assert 2 <= n_first < len(rows)
+    resumed = subprocess.run([*cmd, "--resume"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"{len(rows)} samples: {n_first} already in" in resumed.stdout
+    assert results.read_text().startswith(first)
+    stages = {r["sample"]: r["result"]["stage"] for r in _rows(out)}
+    assert len(_rows(out)) == len(rows)
+    assert stages == {0: "correct", 1: "incorrect", **{i: "timeout" for i in range(2, 6)}}
