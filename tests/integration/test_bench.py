@@ -164,11 +164,11 @@ def test_bench_on_ray(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_ctrl_c_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> None:
     gen, out = tmp_path / "gen.jsonl", tmp_path / "run"
-    fns = ["relu_ok", "relu_wrong", "spin", "spin", "spin", "spin"]
+    fns = ["relu_ok", "relu_wrong", "spin", "spin", "spin"]
     # Distinct texts around one program per function: one build each, no sample a duplicate of another.
     rows = [{"task": "l1_relu", "response": hazard_candidate(fn) + f"\n(attempt {i})"} for i, fn in enumerate(fns)]
     gen.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ["--backend", "cpu", "--workers", "1", "--trials", "2", "--timeout", "3", "--no-plots", "--quiet"]
+    args = ["--backend", "cpu", "--workers", "1", "--trials", "2", "--timeout", "8", "--no-plots", "--quiet"]
     cmd = [sys.executable, "-m", "musaenv.cli", "bench", str(gen), "--out", str(out), *args]
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
@@ -192,4 +192,5 @@ def test_ctrl_c_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> None
     assert results.read_text().startswith(first)
     stages = {r["sample"]: r["result"]["stage"] for r in _rows(out)}
     assert len(_rows(out)) == len(rows)
-    assert stages == {0: "correct", 1: "incorrect", **{i: "timeout" for i in range(2, 6)}}
+    # 8 s: the spinning ones time out; the others finish well within it even on a loaded 2-core machine.
+    assert stages == {0: "correct", 1: "incorrect", **{i: "timeout" for i in range(2, 5)}}
