@@ -1,4 +1,5 @@
-"""``musaenv`` command line: list tasks, evaluate a candidate, run the CPU demo, port CUDA to MUSA, ablate rewards."""
+"""``musaenv`` command line: list tasks, evaluate a candidate or a model's generations (bench), run the CPU demo, port
+CUDA to MUSA, ablate rewards."""
 
 from __future__ import annotations
 
@@ -172,6 +173,7 @@ def _optional_subcommands() -> list[Callable[[Any], None]]:
     for module, fn in (
         ("musaenv.backends.musa_port", "add_port_subparser"),
         ("musaenv.rewards.ablate", "add_ablate_subparser"),
+        ("musaenv.bench.cli", "add_bench_subparser"),
     ):
         try:
             mod = __import__(module, fromlist=[fn])

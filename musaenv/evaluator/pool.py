@@ -27,6 +27,7 @@ from typing import Any
 from musaenv.backends import BackendInfo, resolve_backend
 from musaenv.backends.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
+from musaenv.evaluator.progress import Progress
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
 
@@ -227,16 +228,18 @@ class EvaluatorPool:
     def evaluate_many(
         self, requests: Iterable[EvalRequest | Sequence[Any]], progress: bool | None = None
     ) -> list[EvalResult]:
-        """Evaluate a batch; results in request order. ``progress``: tqdm bar (default: batches of 8 or more)."""
-        from tqdm.auto import tqdm
+        """Evaluate a batch; results in request order.
 
+        ``progress``: a bar on a terminal, periodic log lines otherwise (:class:`~musaenv.evaluator.progress.Progress`);
+        default: batches of 8 or more.
+        """
         reqs = [EvalRequest.coerce(r) for r in requests]
         show = len(reqs) >= PROGRESS_MIN_BATCH if progress is None else progress
         results: list[EvalResult | None] = [None] * len(reqs)
-        with tqdm(total=len(reqs), desc="evaluating", unit="cand", disable=not show or None) as bar:
+        with Progress(len(reqs), "evaluating", enabled=show) as bar:
             for i, result in self.imap(reqs):
                 results[i] = result
-                bar.update(1)
+                bar.update(result.stage.value)
         return [r for r in results if r is not None]
 
     def close(self) -> None:

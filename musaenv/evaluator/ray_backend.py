@@ -36,6 +36,7 @@ from typing import Any
 from musaenv.config import EvalConfig
 from musaenv.errors import MusaEnvError
 from musaenv.evaluator.pool import PROGRESS_MIN_BATCH, EvalRequest
+from musaenv.evaluator.progress import Progress
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
 
@@ -185,6 +186,12 @@ def _import_ray() -> Any:
     return ray
 
 
+def _verdict(fut: Future[EvalResult]) -> str:
+    """The verdict of a finished request, for progress counts (``error`` when it raised)."""
+    exc = fut.exception()
+    return "error" if exc is not None else fut.result().stage.value
+
+
 class RayEvaluator:
     """The evaluator API (``evaluate``, ``submit``, ``evaluate_many``, ``close``) on a Ray cluster.
 
@@ -297,16 +304,14 @@ class RayEvaluator:
 
     def evaluate_many(self, requests: Iterable[EvalRequest | Sequence[Any]], progress: bool | None = None
                       ) -> list[EvalResult]:  # fmt: skip
-        """Evaluate a batch; results in request order."""
-        from tqdm.auto import tqdm
-
+        """Evaluate a batch; results in request order (progress shown like ``EvaluatorPool.evaluate_many``)."""
         reqs = [EvalRequest.coerce(r) for r in requests]
         show = len(reqs) >= PROGRESS_MIN_BATCH if progress is None else progress
         futures = []
-        with tqdm(total=len(reqs), desc="evaluating (ray)", unit="cand", disable=not show or None) as bar:
+        with Progress(len(reqs), "evaluating (ray)", enabled=show) as bar:
             for r in reqs:
                 fut = self.submit(r.task, r.response, r.seed)
-                fut.add_done_callback(lambda _: bar.update(1))
+                fut.add_done_callback(lambda f: bar.update(_verdict(f)))
                 futures.append(fut)
             return [f.result() for f in futures]
 

@@ -1,0 +1,58 @@
+"""Progress of batches: periodic lines (done/total, rate, ETA, verdicts) when not on a terminal, for the pool too."""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any
+
+import pytest
+
+from musaenv.evaluator.pool import EvalRequest, EvaluatorPool
+from musaenv.evaluator.progress import Progress, format_duration
+from musaenv.tasks.builtin import get_task
+from tests.unit.evaluator.test_pool import SlowDouble
+
+
+def test_lines_say_done_total_rate_eta_and_verdicts_when_not_on_a_terminal(monkeypatch: Any) -> None:
+    monkeypatch.setattr(logging.getLogger("musaenv.progress"), "hasHandlers", lambda: False)  # logging unset
+    out = io.StringIO()
+    with Progress(4, "bench", interval_s=0.0, stream=out) as p:
+        p.update("correct")
+        p.update("compile_error", n=2)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2  # one per update; the final one is not repeated at close
+    assert lines[0].startswith("bench: 1/4 (25%), ") and "/min, ETA " in lines[0] and lines[0].endswith("correct=1")
+    assert lines[1].startswith("bench: 3/4 (75%)") and "compile_error=2 correct=1" in lines[1]
+
+
+def test_lines_are_rate_limited_and_go_to_logging_when_it_is_configured(caplog: pytest.LogCaptureFixture) -> None:
+    out = io.StringIO()
+    with caplog.at_level(logging.INFO, logger="musaenv.progress"), Progress(3, interval_s=3600, stream=out) as p:
+        for _ in range(3):
+            p.update("incorrect")
+    assert out.getvalue() == ""
+    msgs = [r.getMessage() for r in caplog.records if r.name == "musaenv.progress"]
+    assert len(msgs) == 1 and msgs[0].startswith("evaluating: 3/3 (100%)") and "incorrect=3" in msgs[0]
+
+
+def test_disabled_progress_writes_nothing() -> None:
+    out = io.StringIO()
+    with Progress(2, enabled=False, interval_s=0.0, stream=out) as p:
+        p.update("correct")
+    assert out.getvalue() == "" and p.done == 1
+
+
+def test_format_duration() -> None:
+    assert [format_duration(s) for s in (0, 59.6, 75, 3725)] == ["0s", "1m00s", "1m15s", "1h02m05s"]
+
+
+def test_pool_batches_report_progress_in_logs(caplog: pytest.LogCaptureFixture) -> None:
+    SlowDouble.live, SlowDouble.peak, SlowDouble.calls = 0, 0, []
+    relu = get_task("l1_relu")
+    reqs = [EvalRequest(relu, "ok"), EvalRequest(relu, "wrong"), EvalRequest(relu, "ok:0.01")]
+    pool = EvaluatorPool("cpu", compile_workers=2, evaluator_factory=SlowDouble)
+    with caplog.at_level(logging.INFO, logger="musaenv.progress"), pool:
+        pool.evaluate_many(reqs, progress=True)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "musaenv.progress"]
+    assert msgs and msgs[-1].startswith("evaluating: 3/3") and "correct=2 incorrect=1" in msgs[-1]
