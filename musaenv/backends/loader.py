@@ -43,7 +43,9 @@ __all__ = [
     "build_extension",
     "configure_builds",
     "default_build_parallelism",
+    "export_artifact",
     "ext_cache_root",
+    "import_artifact",
     "pch_cache_root",
     "sweep_stale_builds",
     "toolchain_fingerprint",
@@ -227,6 +229,41 @@ def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
             False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start, cached=True
         )
     return None
+
+
+def export_artifact(name: str, root: Path | None = None) -> dict[str, Any] | None:
+    """A cached build in a shippable form (another node's cache, :mod:`musaenv.evaluator.ray_artifacts`):
+    ``{"name", "so": bytes}`` for a verified module, ``{"name", "failed": log}`` for a sealed compile error, or
+    ``None`` when there is nothing trustworthy to ship."""
+    root = root or ext_cache_root()
+    so_path = _verified_artifact(root, name)
+    if so_path is not None:
+        return {"name": name, "so": so_path.read_bytes()}
+    failed = read_sealed(root / name / "failed.json", "ext_failed")
+    if failed and failed.get("name") == name:
+        return {"name": name, "failed": str(failed.get("log", ""))}
+    return None
+
+
+def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
+    """Install a shipped build (from :func:`export_artifact` on another node) into this cache, sealed by this
+    node's key like a local build; returns False when it was not new or not a valid artifact."""
+    root = root or ext_cache_root()
+    name = str(artifact.get("name", ""))
+    if not name.startswith("musaenv_") or "/" in name or _cache_lookup(root, name, 0.0) is not None:
+        return False
+    final_dir = root / name
+    if isinstance(artifact.get("so"), bytes) and artifact["so"]:
+        final_dir.mkdir(parents=True, exist_ok=True)
+        staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
+        staged.write_bytes(artifact["so"])
+        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+        os.replace(staged, final_dir / f"{name}.so")
+        return True
+    if isinstance(artifact.get("failed"), str):
+        write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": artifact["failed"]})
+        return True
+    return False
 
 
 def _install(tmp: Path, name: str, final_dir: Path) -> Path:

@@ -27,7 +27,6 @@ import logging
 import os
 import queue
 import threading
-import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -113,38 +112,21 @@ def install_artifacts(artifacts: Sequence[dict[str, Any]], root: Path | None = N
     Each artifact is ``{"name": ..., "so": bytes}`` for a built module or ``{"name": ..., "failed": text}`` for a
     deterministic compile error (the loader's ``failed.json``), so a known-bad candidate is not compiled again.
     """
-    from musaenv.backends.loader import ext_cache_root
+    from musaenv.backends.loader import import_artifact
 
-    root = root or ext_cache_root()
-    added = 0
-    for art in artifacts:
-        name = str(art.get("name", ""))
-        if not name.startswith("musaenv_") or "/" in name or (root / name / f"{name}.so").exists():
-            continue
-        data, fname = (art["so"], f"{name}.so") if art.get("so") else (art.get("failed"), "failed.json")
-        if not data or (root / name / fname).exists():
-            continue
-        final = root / name / fname
-        final.parent.mkdir(parents=True, exist_ok=True)
-        part = final.with_name(f".{fname}.{uuid.uuid4().hex[:8]}")
-        part.write_bytes(data if isinstance(data, bytes) else str(data).encode())
-        os.replace(part, final)
-        added += 1
-    return added
+    return sum(import_artifact(art, root) for art in artifacts)  # sealed by this node's key, like a local build
 
 
 def _prebuild(specs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
     """Ray task body: build each spec here; return the modules' bytes (or the compile-error verdicts)."""
-    from musaenv.backends.loader import BuildSpec, build_extension, ext_cache_root
+    from musaenv.backends.loader import BuildSpec, build_extension, export_artifact
 
     out: list[dict[str, Any]] = []
     for d in specs:
         res = build_extension(BuildSpec.from_dict(d), timeout_s=timeout_s)
-        failed = ext_cache_root() / res.name / "failed.json"
-        if res.ok and res.so_path:
-            out.append({"name": res.name, "so": Path(res.so_path).read_bytes()})
-        elif failed.exists():  # a deterministic verdict, not a timeout or an infra failure
-            out.append({"name": res.name, "failed": failed.read_text()})
+        art = export_artifact(res.name)  # a verified module or a sealed compile error; nothing for timeouts
+        if art is not None:
+            out.append(art)
     return out
 
 
