@@ -3,7 +3,8 @@
 Every ``hostile_*.py`` in the corpus folder runs first, then every ``honest_*.py``, all against one cache
 directory; then the honest ones again against a fresh cache. Reported per candidate: verdict, score, flags,
 reference time; afterwards, the traces an evaluation could leave: processes still running that were started
-meanwhile, new entries in ``$HOME``, site-packages and ``/tmp``, and cached modules without the parent's sealed
+meanwhile (this process is a child subreaper, so orphans stay visible), new entries in ``$HOME``, site-packages
+and the evaluations' own ``TMPDIR``, and cached modules without the parent's sealed
 manifest. A hostile candidate must score <= 0 and leave no trace; an honest one must be ``correct``, with the
 same verdict after the hostile ones as in the fresh cache (reference times are compared as a ratio: they are
 measurements).
@@ -15,6 +16,7 @@ Writes JSON, prints a table, never asserts.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import site
@@ -34,17 +36,29 @@ def _listing(d: Path) -> set[str]:
         return set()
 
 
-def _snapshot() -> dict[str, set[str]]:
-    dirs = [Path.home(), Path("/tmp"), *map(Path, site.getsitepackages())]
+def _snapshot(tmp: Path) -> dict[str, set[str]]:
+    dirs = [Path.home(), tmp, *map(Path, site.getsitepackages())]
     return {str(d): _listing(d) for d in dirs}
 
 
-def _pids() -> set[int]:
-    return {int(p) for p in os.listdir("/proc") if p.isdigit()}
+def _live_descendants() -> list[int]:
+    """Processes below this one that are still running (orphans come here: this process is a subreaper)."""
+    from musaenv.evaluator.proctree import descendants
+
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            out.append(pid)
+    return out
 
 
-def _eval(task: str, candidate: Path, cache: Path) -> dict[str, Any]:
-    env = {**os.environ, "MUSAENV_CACHE_DIR": str(cache)}
+def _eval(task: str, candidate: Path, cache: Path, tmp: Path) -> dict[str, Any]:
+    env = {**os.environ, "MUSAENV_CACHE_DIR": str(cache), "TMPDIR": str(tmp)}
+    env.pop("MUSAENV_KEY_DIR", None)  # each cache its own key (<cache>.keys)
     cmd = [sys.executable, "-m", "musaenv.cli", "eval", "--task", task, "--candidate", str(candidate),
            "--backend", "cpu", "--json"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -57,6 +71,7 @@ def _eval(task: str, candidate: Path, cache: Path) -> dict[str, Any]:
 
 
 def _unsealed(cache: Path) -> list[str]:
+    os.environ["MUSAENV_KEY_DIR"] = str(cache) + ".keys"  # the key the evaluations of this cache used
     bad = []
     for so in (cache / "ext").glob("musaenv_*/*.so"):
         m = read_sealed(so.parent / "manifest.json", "ext")
@@ -73,16 +88,19 @@ def main() -> None:
     args = ap.parse_args()
     hostile = sorted(args.corpus.glob("hostile_*.py"))
     honest = sorted(args.corpus.glob("honest_*.py"))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: anything an evaluation orphans stays visible here
     shared, fresh = Path(tempfile.mkdtemp(prefix="musaenv-corpus-shared-")), Path(tempfile.mkdtemp(prefix="fresh-"))
-    before, pids = _snapshot(), _pids()
+    tmp = Path(tempfile.mkdtemp(prefix="musaenv-corpus-tmp-"))  # the evaluations' TMPDIR: their leftovers show
+    before = _snapshot(tmp)
     rows: dict[str, dict[str, Any]] = {}
     for f in hostile + honest:
-        rows[f.stem] = {"shared": _eval(args.task, f, shared)}
-    after = _snapshot()
+        rows[f.stem] = {"shared": _eval(args.task, f, shared, tmp)}
+    after = _snapshot(tmp)
     new_entries = {d: sorted(after[d] - before[d]) for d in before if after[d] - before[d]}
-    survivors = sorted(p for p in _pids() - pids if Path(f"/proc/{p}").exists())
+    survivors = _live_descendants()
     for f in honest:
-        rows[f.stem]["fresh"] = _eval(args.task, f, fresh)
+        rows[f.stem]["fresh"] = _eval(args.task, f, fresh, tmp)
     report = {"rows": rows, "new_entries": new_entries, "new_processes_alive": survivors,
               "unsealed_modules": _unsealed(shared)}  # fmt: skip
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -96,8 +114,8 @@ def main() -> None:
         score = s.get("score")
         print(f"{name:<28}{s.get('stage')!s:<15}{score if score is None else round(score, 2)!s:>7}  "
               f"{fr.get('stage', '')!s:<10}{ratio:>13}  {s.get('flags')}")  # fmt: skip
-    print(f"new entries (may include other programs' files): {new_entries}")
-    print(f"processes started meanwhile and still alive: {survivors}")
+    print(f"new entries in $HOME, site-packages and the evaluations' TMPDIR: {new_entries}")
+    print(f"processes the evaluations left running: {survivors}")
     print(f"cached modules without a sealed manifest: {report['unsealed_modules']}")
 
 
