@@ -167,6 +167,7 @@ def _optional_subcommands() -> list[Callable[[Any], None]]:
     for module, fn in (
         ("musaenv.backends.musa_port", "add_port_subparser"),
         ("musaenv.rewards.ablate", "add_ablate_subparser"),
+        ("musaenv.rl.dataset", "add_dataset_subparser"),
     ):
         try:
             mod = __import__(module, fromlist=[fn])
