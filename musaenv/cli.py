@@ -174,6 +174,8 @@ def _optional_subcommands() -> list[Callable[[Any], None]]:
         ("musaenv.backends.musa_port", "add_port_subparser"),
         ("musaenv.rewards.ablate", "add_ablate_subparser"),
         ("musaenv.bench.cli", "add_bench_subparser"),
+        ("musaenv.rl.dataset", "add_dataset_subparser"),
+        ("musaenv.rl.adapters.openenv_server", "add_serve_subparser"),
     ):
         try:
             mod = __import__(module, fromlist=[fn])

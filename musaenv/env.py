@@ -11,7 +11,14 @@ from gymnasium import spaces
 from musaenv.config import EnvConfig, EvalConfig, RewardConfig
 from musaenv.errors import ConfigError
 from musaenv.tasks.builtin import builtin_tasks, get_task
-from musaenv.tasks.prompts import OBS_CHARSET, feedback_text, initial_prompt, turn_prompt
+from musaenv.tasks.prompts import (
+    EPISODE_OVER,
+    OBS_CHARSET,
+    feedback_message,
+    feedback_text,
+    initial_prompt,
+    turn_prompt,
+)
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult
 
@@ -71,6 +78,8 @@ class KernelGenEnv(gym.Env[str, str]):
 
     * ``task_id``, ``turn`` (1-based after a step, 0 after reset), ``backend``, ``tier``.
     * ``eval``: the turn's :class:`~musaenv.types.EvalResult` as a dict; ``score``: s(c) or ``None``.
+    * ``feedback``: the new user message after this turn (verdict, logs, and the request to try again unless the
+      episode is over): what a chat-based trainer appends to the conversation it keeps.
     * On the last step: ``scores``, ``turn_rewards`` (per-turn rewards of the shaper), ``loss_weights``
       (e.g. PrimeEcho trains the first turn only), ``episode_return``.
 
@@ -84,6 +93,8 @@ class KernelGenEnv(gym.Env[str, str]):
     * ``config``: a full :class:`~musaenv.config.EnvConfig` (the keyword arguments above override it).
     * ``eval_config``: an :class:`~musaenv.config.EvalConfig` (trials, tolerances, timeouts, sandbox).
     * ``evaluator``: a shared evaluator (e.g. one per vector env); the env does not close a shared one.
+    * ``observation``: ``transcript`` (default: the whole conversation re-rendered as one text) or ``message``
+      (after a step, only the new user message, ``info["feedback"]``; the task prompt after a reset).
 
     ## Version History
 
@@ -105,6 +116,7 @@ class KernelGenEnv(gym.Env[str, str]):
         levels: tuple[int, ...] | None = None,
         stop_on_success: bool | None = None,
         render_mode: str | None = None,
+        observation: str = "transcript",
     ) -> None:
         cfg = config or EnvConfig()
         reward_cfg = cfg.reward
@@ -123,6 +135,9 @@ class KernelGenEnv(gym.Env[str, str]):
         )
         if render_mode not in (None, "ansi"):
             raise ConfigError(f"render_mode: expected None or 'ansi', found {render_mode!r}")
+        if observation not in ("transcript", "message"):
+            raise ConfigError(f"observation: expected 'transcript' or 'message', found {observation!r}")
+        self.observation_mode = observation
         self.config = cfg
         self.render_mode = render_mode
         self._fixed_task = get_task(task) if task is not None else None
@@ -211,9 +226,13 @@ class KernelGenEnv(gym.Env[str, str]):
         info.update(eval=result.to_dict(), score=score)
         feedback = feedback_text(info["eval"], score, self.config.feedback_chars)
         self._history.append((action if isinstance(action, str) else repr(action)[:2000], feedback))
+        info["feedback"] = feedback_message(feedback, self._done)
         if self._done:
             info.update(self._episode_summary())
-            self._obs = self._first_prompt + "\n\n" + "Episode over. Last verdict:\n" + feedback
+        if self.observation_mode == "message":
+            self._obs = info["feedback"]
+        elif self._done:
+            self._obs = self._first_prompt + "\n\n" + EPISODE_OVER + feedback
         else:
             self._obs = turn_prompt(self._first_prompt, self._history)
         return self._obs[:MAX_OBS_CHARS], reward, terminated, truncated, info

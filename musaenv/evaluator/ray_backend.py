@@ -12,8 +12,22 @@ Per request:
    evaluated as usual, so its builds are cache hits. A prebuild that guessed wrong only costs time: the names are
    content hashes, so a module can never stand in for different code, and the actor builds what it lacks itself.
 
+No starvation, no hang:
+
+* Prebuild tasks run only when the cluster has a CPU beyond those the executors reserve (checked at start). When
+  the executors hold every CPU, they build for themselves and send what they built back with the verdict, so the
+  next executor (on any node) gets it shipped: each build set is compiled once per cluster either way
+  (:class:`~musaenv.evaluator.ray_artifacts.ArtifactStore`).
+* More executors than the cluster can place are allowed: requests go only to actors that have started; the others
+  join when resources appear. Starting fails (``MusaEnvError``) only when no actor starts within
+  ``start_timeout_s``.
+* Every wait is bounded: for a free actor, for a prebuild, for another request's build of the same code, and for
+  the execution itself (``request_timeout_s``, by default the sum of the config's stage limits plus a margin).
+  Past a limit the request is an ``infra_error``, never a hang; an actor past the request limit is killed and
+  replaced, since a hung evaluation would otherwise hold its device forever.
+
 The other way to share artifacts is a shared filesystem: point ``MUSAENV_CACHE_DIR`` on every node at the same
-path (builds are atomic renames, so concurrent writers are safe) and pass ``prebuild=False``.
+path (builds are atomic renames, so concurrent writers are safe) and pass ``prebuild=False`` (nothing shipped).
 
 An actor that dies is replaced and its request retried; ``infra_error`` results are retried like in
 :class:`~musaenv.evaluator.pool.EvaluatorPool`. Requires ``pip install 'musaenv[ray]'``.
@@ -21,13 +35,13 @@ An actor that dies is replaced and its request retried; ``infra_error`` results 
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import logging
 import os
 import queue
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,98 +50,22 @@ from musaenv.config import EvalConfig
 from musaenv.errors import MusaEnvError
 from musaenv.evaluator.pool import PROGRESS_MIN_BATCH, EvalRequest
 from musaenv.evaluator.progress import Progress
+from musaenv.evaluator.ray_artifacts import (
+    ArtifactStore,
+    build_names,
+    collect_artifacts,
+    extract_build_specs,
+    install_artifacts,
+    run_prebuild,
+)
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
 
-__all__ = ["RayEvaluator", "extract_build_specs", "install_artifacts"]
+__all__ = ["RayEvaluator", "default_request_timeout", "extract_build_specs", "install_artifacts"]
 
 log = logging.getLogger(__name__)
 
-_LOAD_KWARGS = ("name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags",
-                "extra_cuda_cflags")  # positional order of torch's load_inline  # fmt: skip
-
-
-def _constants(tree: ast.Module) -> dict[str, Any]:
-    """Module-level ``NAME = <literal>`` assignments (later ones win, like execution would)."""
-    env: dict[str, Any] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                env[node.targets[0].id] = _value(node.value, env)
-            except ValueError:
-                env.pop(node.targets[0].id, None)
-    return env
-
-
-def _value(node: ast.AST, env: dict[str, Any]) -> Any:
-    if isinstance(node, ast.Name):
-        if node.id in env:
-            return env[node.id]
-        raise ValueError(node.id)
-    if isinstance(node, (ast.List, ast.Tuple)):
-        return [_value(e, env) for e in node.elts]
-    if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
-        return {_value(k, env): _value(v, env) for k, v in zip(node.keys, node.values) if k is not None}
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _value(node.left, env) + _value(node.right, env)
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError) as e:
-        raise ValueError(str(e)) from None
-
-
-def extract_build_specs(code: str, backend: str) -> list[dict[str, Any]]:
-    """Build specs of the ``load_inline(...)`` calls in ``code`` whose arguments are literals or module constants.
-
-    Returns :class:`~musaenv.backends.loader.BuildSpec` dicts; calls it cannot read are skipped (never an error).
-    """
-    from musaenv.backends.loader import BuildSpec
-
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return []
-    env = _constants(tree)
-    specs: list[dict[str, Any]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        fn = node.func
-        if (fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)) != "load_inline":
-            continue
-        try:
-            kwargs = {k: _value(a, env) for k, a in zip(_LOAD_KWARGS, node.args)}
-            kwargs.update({kw.arg: _value(kw.value, env) for kw in node.keywords if kw.arg})
-            if "musa_sources" in kwargs:
-                kwargs["cuda_sources"] = kwargs.pop("musa_sources")
-            specs.append(BuildSpec.from_load_inline(kwargs, backend=backend).to_dict())
-        except (ValueError, TypeError, KeyError):
-            continue
-    return specs
-
-
-def install_artifacts(artifacts: Sequence[dict[str, Any]], root: Path | None = None) -> int:
-    """Put shipped build results into the local extension cache (atomically); returns how many were new.
-
-    Each artifact is ``{"name": ..., "so": bytes}`` for a built module or ``{"name": ..., "failed": text}`` for a
-    deterministic compile error (the loader's ``failed.json``), so a known-bad candidate is not compiled again.
-    """
-    from musaenv.backends.loader import import_artifact
-
-    return sum(import_artifact(art, root) for art in artifacts)  # sealed by this node's key, like a local build
-
-
-def _prebuild(specs: list[dict[str, Any]], timeout_s: float) -> list[dict[str, Any]]:
-    """Ray task body: build each spec here; return the modules' bytes (or the compile-error verdicts)."""
-    from musaenv.backends.loader import BuildSpec, build_extension, export_artifact
-
-    out: list[dict[str, Any]] = []
-    for d in specs:
-        res = build_extension(BuildSpec.from_dict(d), timeout_s=timeout_s)
-        art = export_artifact(res.name)  # a verified module or a sealed compile error; nothing for timeouts
-        if art is not None:
-            out.append(art)
-    return out
+_MARGIN_S = 120.0  # Ray scheduling, actor start-up and object transfer on top of musaenv's own stage limits
 
 
 class _Executor:
@@ -142,9 +80,13 @@ class _Executor:
         b = self.ev.backend
         return {"backend": b.name, "device": b.device, "tier": self.ev.tier, "compile_only": b.compile_only}
 
-    def evaluate(self, task: Task, response: str, seed: int, artifacts: list[dict[str, Any]]) -> dict[str, Any]:
-        install_artifacts(artifacts)
-        return self.ev.evaluate(task, response, seed=seed).to_dict()
+    def evaluate(self, task: Task, response: str, seed: int, shipped: Any, collect: list[str]
+                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
+        """Install the shipped modules, evaluate, and return the verdict with the ``collect`` modules built here."""
+        arts = shipped.get("artifacts", []) if isinstance(shipped, dict) else shipped
+        install_artifacts(arts or [])
+        result = self.ev.evaluate(task, response, seed=seed).to_dict()
+        return result, collect_artifacts(collect) if collect else []
 
     def close(self) -> None:
         self.ev.close()
@@ -160,6 +102,12 @@ def _actor_options(backend: str, resources: dict[str, float] | None) -> dict[str
     return {"num_cpus": 1}
 
 
+def _verdict(fut: Future[EvalResult]) -> str:
+    """The verdict of a finished request, for progress counts (``error`` when it raised)."""
+    exc = fut.exception()
+    return "error" if exc is not None else fut.result().stage.value
+
+
 def _import_ray() -> Any:
     try:
         import ray
@@ -168,10 +116,89 @@ def _import_ray() -> Any:
     return ray
 
 
-def _verdict(fut: Future[EvalResult]) -> str:
-    """The verdict of a finished request, for progress counts (``error`` when it raised)."""
-    exc = fut.exception()
-    return "error" if exc is not None else fut.result().stage.value
+class _ActorPool:
+    """Execution actors: requests go only to started ones; those the cluster cannot place yet wait aside."""
+
+    def __init__(self, ray: Any, make: Callable[[], Any], n: int) -> None:
+        self._ray, self._make = ray, make
+        self._lock = threading.Lock()
+        self._idle: queue.Queue[Any] = queue.Queue()
+        self._starting: dict[Any, Any] = {}  # info() ref -> actor not known to be up yet
+        self.info: dict[str, Any] | None = None
+        for _ in range(n):
+            self._add()
+
+    def _add(self) -> None:
+        actor = self._make()
+        with self._lock:
+            self._starting[actor.info.remote()] = actor
+
+    def _poll(self, timeout_s: float) -> None:
+        """Move actors that have started to the idle queue (waiting at most ``timeout_s`` for one)."""
+        with self._lock:
+            refs = list(self._starting)
+        if not refs:
+            return
+        ready, _ = self._ray.wait(refs, num_returns=1, timeout=timeout_s)
+        for ref in ready:
+            with self._lock:
+                actor = self._starting.pop(ref, None)
+            if actor is None:
+                continue
+            try:
+                info = self._ray.get(ref, timeout=5)
+            except Exception as e:  # the actor's constructor failed: a machine problem, not a candidate's
+                log.warning("an execution actor failed to start: %s", e)
+                self._ray.kill(actor)
+                continue
+            self.info = self.info or info
+            self._idle.put(actor)
+
+    def take(self, timeout_s: float) -> Any | None:
+        """An idle started actor, or ``None`` when none became free within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            with self._lock:
+                starting = bool(self._starting)
+            if starting:
+                self._poll(min(left, 0.5))
+            with contextlib.suppress(queue.Empty):
+                return self._idle.get(timeout=min(max(left, 0.0), 0.5))
+
+    def give(self, actor: Any) -> None:
+        self._idle.put(actor)
+
+    def replace(self, actor: Any) -> None:
+        """Kill ``actor`` (dead or stuck) and start a fresh one in its place."""
+        with contextlib.suppress(Exception):
+            self._ray.kill(actor)
+        self._add()
+
+    def close(self) -> None:
+        with self._lock:
+            starting, self._starting = list(self._starting.values()), {}
+        for actor in starting:
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor)
+        while not self._idle.empty():
+            actor = self._idle.get()
+            with contextlib.suppress(Exception):  # a dead actor has nothing left to close
+                self._ray.get(actor.close.remote(), timeout=60)
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor)
+
+
+def default_request_timeout(config: EvalConfig) -> float:
+    """Execution limit of one request: every stage limit of ``config`` (two builds) plus a margin for Ray."""
+    c = config
+    return 2 * c.compile_timeout_s + c.load_timeout_s + c.run_timeout_s + c.timing_timeout_s + _MARGIN_S
 
 
 class RayEvaluator:
@@ -180,11 +207,15 @@ class RayEvaluator:
     Args:
         backend: Backend name, resolved on the execution actors' nodes (``auto`` picks their device).
         config: :class:`EvalConfig`.
-        num_executors: Execution actors (one per device; each runs one candidate at a time).
+        num_executors: Execution actors (one per device; each runs one candidate at a time). Any number is
+            accepted: actors the cluster cannot place yet serve once it can.
         executor_resources: Ray resources of an actor instead of the backend's default (e.g. ``{"MUSA": 1}``).
-        prebuild: Build statically readable ``load_inline`` calls in CPU tasks and ship the modules.
+        prebuild: Ship modules between nodes: built in CPU tasks when a CPU is spare, else by the executors.
+            ``False`` ships nothing (for a shared ``MUSAENV_CACHE_DIR``).
         max_retries: Extra attempts after an ``infra_error`` result or a dead actor.
-        request_timeout_s: Wall-clock limit of one request's execution (``infra_error``, not retried, past it).
+        request_timeout_s: Wall-clock limit of one request's execution (``infra_error``, not retried, past it);
+            ``None``: :func:`default_request_timeout` of ``config``.
+        start_timeout_s: Limit on the first actor's start (``MusaEnvError`` past it) and on a replacement's.
         init_kwargs: Arguments of ``ray.init`` when Ray is not initialised yet (``address=...`` for a cluster).
         executor_env: Extra environment variables of the execution actors (e.g. their ``MUSAENV_CACHE_DIR``).
     """
@@ -198,78 +229,145 @@ class RayEvaluator:
         prebuild: bool = True,
         max_retries: int = 1,
         request_timeout_s: float | None = None,
+        start_timeout_s: float = 300.0,
         init_kwargs: dict[str, Any] | None = None,
         executor_env: dict[str, str] | None = None,
     ) -> None:
+        if num_executors < 1:
+            raise ValueError(f"num_executors must be >= 1, found {num_executors}")
         self._ray = ray = _import_ray()
         pkg_parent = str(Path(__file__).resolve().parents[2])
-        self._runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
+        runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(
             p for p in (pkg_parent, os.environ.get("PYTHONPATH", "")) if p)}}  # fmt: skip
         if not ray.is_initialized():
             ray.init(**{"include_dashboard": False, "log_to_driver": False, **(init_kwargs or {})})
         self.config = config or EvalConfig()
-        self.prebuild, self.max_retries, self.request_timeout_s = prebuild, max_retries, request_timeout_s
-        self._actor_cls = ray.remote(_Executor)
-        self._prebuild_fn = ray.remote(num_cpus=1)(_prebuild).options(runtime_env=self._runtime_env)
+        self.max_retries, self.start_timeout_s = max_retries, start_timeout_s
+        self.request_timeout_s = request_timeout_s or default_request_timeout(self.config)
         self._backend_name = backend
-        actor_env = {"env_vars": {**self._runtime_env["env_vars"], **(executor_env or {})}}
-        self._opts = {**_actor_options(backend, executor_resources), "runtime_env": actor_env}
-        self._actors: queue.Queue[Any] = queue.Queue()
-        for _ in range(num_executors):
-            self._actors.put(self._new_actor())
-        first = self._actors.get()
-        info = ray.get(first.info.remote())
-        self._actors.put(first)
+        actor_env = {"env_vars": {**runtime_env["env_vars"], **(executor_env or {})}}
+        opts = {
+            **_actor_options(backend, executor_resources),
+            "runtime_env": actor_env,
+            "scheduling_strategy": "SPREAD",
+        }
+        self.ship = self._ship_mode(prebuild, num_executors * float(opts.get("num_cpus", 0)))
+        self._prebuild_fn = ray.remote(num_cpus=1, max_retries=0)(run_prebuild).options(runtime_env=runtime_env)
+        actor_cls = ray.remote(max_concurrency=2)(_Executor)  # info() answers while evaluate() runs
+        self._pool = _ActorPool(ray, lambda: actor_cls.options(**opts).remote(backend, self.config.to_json()),
+                                num_executors)  # fmt: skip
+        self._store = ArtifactStore()
+        self.stats = {"prebuild_compiles": 0, "shipped_sets": 0}
+        first = self._pool.take(start_timeout_s)
+        if first is None or self._pool.info is None:
+            self._pool.close()
+            raise MusaEnvError(
+                f"no execution actor started within {start_timeout_s:.0f} s: the cluster has "
+                f"{ray.cluster_resources()}, an actor needs {_actor_options(backend, executor_resources)}"
+            )
+        self._pool.give(first)
         from musaenv.backends import BackendInfo
 
+        info = self._pool.info
         self.backend = BackendInfo(info["backend"], info["device"], info["tier"], compile_only=info["compile_only"])
         self.tier = self.backend.tier if self.config.tier == "auto" else self.config.tier
-        self.max_in_flight = 2 * num_executors  # one prebuilding while one executes, per actor
+        self.max_in_flight = 2 * num_executors  # one building or waiting while one executes, per actor
         self._capacity = threading.BoundedSemaphore(self.max_in_flight)
         self._threads = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="musaenv-ray")
+        self._stats_lock = threading.Lock()
         self._closed = False
 
-    def _new_actor(self) -> Any:
-        return self._actor_cls.options(**self._opts).remote(self._backend_name, self.config.to_json())
+    def _ship_mode(self, prebuild: bool, reserved_cpus: float) -> str:
+        """``prebuild`` (a CPU is spare for build tasks), ``executor`` (executors build and ship) or ``off``."""
+        if not prebuild:
+            return "off"
+        total = float(self._ray.cluster_resources().get("CPU", 0))
+        if total - reserved_cpus >= 1:
+            return "prebuild"
+        log.info("the executors reserve %.0f of %.0f CPUs: no prebuild tasks (they would starve); executors build "
+                 "and ship their modules instead", reserved_cpus, total)  # fmt: skip
+        return "executor"
 
-    def _artifacts(self, response: str) -> Any:
+    @property
+    def _wait_limit_s(self) -> float:
+        """Limit on waiting for a free actor or another request's build: two requests' worth and a start."""
+        return 2 * self.request_timeout_s + self.start_timeout_s
+
+    def _specs(self, response: str) -> list[dict[str, Any]]:
         from musaenv.tasks.parsing import extract_candidate
 
-        if not self.prebuild:
+        if self.ship == "off":
             return []
         code = extract_candidate(response, self.config.max_response_chars).code
-        specs = extract_build_specs(code, self.backend.name) if code else []
-        if not specs:
-            return []
+        return extract_build_specs(code, self.backend.name) if code else []
+
+    def _prebuilt(self, specs: list[dict[str, Any]]) -> Any:
+        """Run a prebuild task (bounded wait); its reference, or ``None`` when it failed or took too long."""
+        ray = self._ray
         ref = self._prebuild_fn.remote(specs, self.config.compile_timeout_s)
-        self._ray.wait([ref], num_returns=1)  # the device actor is taken only once its modules are built
+        limit = len(specs) * self.config.compile_timeout_s + _MARGIN_S
+        try:
+            out = ray.get(ref, timeout=limit)  # the device actor is taken only once its modules are built
+        except ray.exceptions.GetTimeoutError:
+            ray.cancel(ref, force=True)
+            log.warning("a prebuild took over %.0f s: the executor builds for itself", limit)
+            return None
+        except ray.exceptions.RayError as e:
+            log.warning("a prebuild failed: %s", e)
+            return None
+        with self._stats_lock:
+            self.stats["prebuild_compiles"] += out["compiled"]
         return ref
 
     def _run(self, req: EvalRequest) -> EvalResult:
+        specs = self._specs(req.response)
+        key = build_names(specs) if specs else ()
+        shipped, owner = self._store.claim(key, self._wait_limit_s) if key else (None, False)
+        published: Any = None
+        try:
+            if owner and self.ship == "prebuild":
+                shipped = published = self._prebuilt(specs)
+            result, built = self._execute(req, shipped, list(key) if owner and self.ship == "executor" else [])
+            if built:
+                published = self._ray.put(built)
+                with self._stats_lock:
+                    self.stats["shipped_sets"] += 1
+        finally:
+            if owner:
+                self._store.publish(key, published)
+        return result
+
+    def _execute(self, req: EvalRequest, shipped: Any, collect: list[str]) -> tuple[EvalResult, list[Any]]:
         ray = self._ray
-        artifacts: Any = self._artifacts(req.response)
         result = EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name)
+        built: list[Any] = []
         for attempt in range(1 + self.max_retries):
-            actor = self._actors.get()
+            actor = self._pool.take(self._wait_limit_s)
+            if actor is None:
+                return result.replace(messages=(f"no execution actor was free within {self._wait_limit_s:.0f} s",),
+                                      extra={"pool_timeout": True}), []  # fmt: skip
             try:
-                ref = actor.evaluate.remote(req.task, req.response, req.seed, artifacts)
-                result = EvalResult.from_dict(ray.get(ref, timeout=self.request_timeout_s))
-                self._actors.put(actor)
+                ref = actor.evaluate.remote(req.task, req.response, req.seed, shipped or [], collect)
+                raw, built = ray.get(ref, timeout=self.request_timeout_s)
+                result = EvalResult.from_dict(raw)
+                self._pool.give(actor)
             except ray.exceptions.GetTimeoutError:
-                self._actors.put(actor)  # it finishes the request in the background, then serves the next
-                return result.replace(messages=("the request's time limit passed",), extra={"pool_timeout": True})
+                log.warning("a request passed its %.0f s limit: its actor is replaced", self.request_timeout_s)
+                self._pool.replace(actor)
+                return result.replace(messages=(f"the request's {self.request_timeout_s:.0f} s time limit passed",),
+                                      extra={"pool_timeout": True}), []  # fmt: skip
             except ray.exceptions.RayActorError as e:
                 log.warning("execution actor died (attempt %d): %s", attempt + 1, e)
-                self._actors.put(self._new_actor())
+                self._pool.replace(actor)
                 result = result.replace(messages=(f"execution actor died: {type(e).__name__}",))
                 continue
-            except ray.exceptions.RayTaskError as e:  # the prebuild task failed: evaluate without its modules
-                self._actors.put(actor)
-                artifacts, result = [], result.replace(messages=(f"prebuild failed: {e}"[:500],))
+            except ray.exceptions.RayError as e:  # e.g. a shipped object lost with its node: evaluate without it
+                self._pool.give(actor)
+                shipped, result = None, result.replace(messages=(f"ray error: {e}"[:500],))
                 continue
             if result.stage is not Stage.INFRA_ERROR:
                 break
-        return result
+        return result, built
 
     def submit(self, task: Task, response: str, seed: int = 0) -> Future[EvalResult]:
         """Queue one evaluation; blocks while ``2 * num_executors`` requests are in flight."""
@@ -298,16 +396,12 @@ class RayEvaluator:
             return [f.result() for f in futures]
 
     def close(self) -> None:
-        """Wait for running requests, then stop the actors (Ray itself stays up)."""
+        """Wait for running requests (each is time-bounded), then stop the actors (Ray itself stays up)."""
         if self._closed:
             return
         self._closed = True
         self._threads.shutdown(wait=True)
-        while not self._actors.empty():
-            actor = self._actors.get()
-            with contextlib.suppress(Exception):  # a dead actor has nothing left to close
-                self._ray.get(actor.close.remote(), timeout=60)
-            self._ray.kill(actor)
+        self._pool.close()
 
     def __enter__(self) -> RayEvaluator:
         return self

@@ -11,7 +11,8 @@ from __future__ import annotations
 import string
 from typing import Any
 
-__all__ = ["DEFAULT_VOCAB", "SPECIAL_TOKENS", "TINY_CHAT_TEMPLATE", "build_tiny_lm", "build_tiny_tokenizer"]
+__all__ = ["DEFAULT_VOCAB", "SPECIAL_TOKENS", "TINY_CHAT_TEMPLATE", "TINY_RESPONSE_TEMPLATE", "build_tiny_lm",
+           "build_tiny_tokenizer"]  # fmt: skip
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
 """Special tokens, ids 0..3 in this order."""
@@ -20,10 +21,34 @@ DEFAULT_VOCAB: str = "".join(c for c in string.printable if c not in "\x0b\x0c")
 """Printable ASCII: letters, digits, punctuation, space, tab, newline, carriage return."""
 
 TINY_CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    '{% if tools %}system: Tools you can call, one per <tool_call>{"name": ..., "arguments": {...}}</tool_call>:'
+    "{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}{{ '\\n' }}{% endif %}"
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] or '' }}"
+    "{% for c in (m['tool_calls'] or []) if m['role'] == 'assistant' %}{% set f = c['function'] or c %}"
+    '<tool_call>{"name": {{ f[\'name\'] | tojson }}, "arguments": '
+    "{% if f['arguments'] is string %}{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}}"
+    "</tool_call>{% endfor %}{{ '\\n' }}{% endfor %}"
     "{% if add_generation_prompt %}assistant: {% endif %}"
 )
-"""A minimal Jinja chat template ("role: content" lines, then "assistant: "), so chat-template code paths run."""
+"""A small Jinja chat template: "role: content" lines, then "assistant: ". It renders tools too (a system line
+listing their JSON schemas) and an assistant's tool calls as ``<tool_call>{"name": ..., "arguments": {...}}
+</tool_call>`` after its content, so tool-calling trainers (TRL's ``environment_factory``) accept it."""
+
+TINY_RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "assistant: ",
+    "fields": {
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {"close_pattern": r"<eos>\s*", "content": "text"},
+    },
+}
+"""How ``tokenizer.parse_response`` (transformers >= 5.13) reads a reply in :data:`TINY_CHAT_TEMPLATE`'s format."""
 
 
 def _unique_chars(vocab: str) -> list[str]:
@@ -60,6 +85,7 @@ def build_tiny_tokenizer(vocab: str | None = None, *, chat_template: bool = True
     )
     if chat_template:
         tok.chat_template = TINY_CHAT_TEMPLATE
+        tok.response_template = dict(TINY_RESPONSE_TEMPLATE)  # read by parse_response; ignored where unsupported
     return tok
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from musaenv.tasks.task import Task
 
-__all__ = ["OBS_CHARSET", "feedback_text", "initial_prompt", "sanitize", "turn_prompt"]
+__all__ = ["OBS_CHARSET", "feedback_message", "feedback_text", "initial_prompt", "sanitize", "turn_prompt"]
 
 OBS_CHARSET = frozenset(string.printable)
 _OUTSIDE_CHARSET = re.compile(r"[^\t\n\r\x0b\x0c\x20-\x7e]")  # the complement of string.printable
@@ -114,11 +114,25 @@ def feedback_text(evaluation: Mapping[str, Any], score: float | None, budget_cha
     return sanitize(text)
 
 
+RETRY_LINE = "Fix the problems above and answer again with one complete fenced python code block."
+EPISODE_OVER = "Episode over. Last verdict:\n"
+
+
+def feedback_message(feedback: str, done: bool) -> str:
+    """The new user message after a turn, for chat-based trainers that keep the conversation themselves.
+
+    Args:
+        feedback: :func:`feedback_text` of the turn.
+        done: Whether the episode ended with this turn (then no retry is asked for).
+    """
+    return EPISODE_OVER + feedback if done else sanitize(feedback + "\n\n" + RETRY_LINE)
+
+
 def turn_prompt(first_prompt: str, history: list[tuple[str, str]], response_chars: int = 12000) -> str:
     """Observation for a later turn: the first prompt, then each (response, feedback) pair so far."""
     parts = [first_prompt]
     for k, (response, feedback) in enumerate(history, start=1):
         shown = response if len(response) <= response_chars else response[:response_chars] + "\n... [cut]"
         parts.append(f"--- Your attempt {k} ---\n{shown}\n--- Verifier feedback on attempt {k} ---\n{feedback}")
-    parts.append("Fix the problems above and answer again with one complete fenced python code block.")
+    parts.append(RETRY_LINE)
     return sanitize("\n\n".join(parts))

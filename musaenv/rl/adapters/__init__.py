@@ -8,8 +8,12 @@
   bucket) once with the real evaluator, replay it afterwards.
 * :class:`KernelGenToolEnv`, :func:`make_trl_environment`, :func:`trl_reward_func`, :func:`trl_dataset_rows`
   (:mod:`~musaenv.rl.adapters.trl`): TRL's ``environment_factory`` contract (TRL itself is not needed).
-* :func:`serve`, :class:`OpenEnvSession` (:mod:`~musaenv.rl.adapters.openenv_server`): an OpenEnv-style HTTP
-  server; ``python -m musaenv.rl.adapters.openenv_server --port 8000``.
+* :class:`KernelGenClient`, :class:`KernelGenAction`, :func:`make_app` (:mod:`~musaenv.rl.adapters.openenv_app`):
+  ``musaenv serve`` on openenv-core's server (WebSocket sessions) and its client (extra ``openenv``).
+* :class:`KernelGenSkyRLEnv` (:mod:`~musaenv.rl.adapters.skyrl`): a SkyRL-gym ``BaseTextEnv``, registered as
+  ``musaenv`` (extra ``skyrl``).
+* :func:`serve`, :class:`OpenEnvSession` (:mod:`~musaenv.rl.adapters.openenv_server`): the dependency-free
+  single-session HTTP server (``musaenv serve --stdlib``; no ``/ws``).
 
 Example:
     >>> from musaenv.rl.adapters import DiscreteKernelEnv
@@ -28,9 +32,13 @@ __all__ = [
     "CachingEvaluator",
     "CandidatePool",
     "DiscreteKernelEnv",
+    "KernelGenAction",
+    "KernelGenClient",
+    "KernelGenSkyRLEnv",
     "KernelGenToolEnv",
     "OpenEnvSession",
     "close_trl_environment",
+    "make_app",
     "make_trl_environment",
     "program_response",
     "serve",
@@ -50,6 +58,10 @@ _LAZY = {
     "trl_dataset_rows": "musaenv.rl.adapters.trl",
     "trl_reward_func": "musaenv.rl.adapters.trl",
     "OpenEnvSession": "musaenv.rl.adapters.openenv_server",
+    "KernelGenAction": "musaenv.rl.adapters.openenv_app",
+    "KernelGenClient": "musaenv.rl.adapters.openenv_app",
+    "make_app": "musaenv.rl.adapters.openenv_app",
+    "KernelGenSkyRLEnv": "musaenv.rl.adapters.skyrl",
     "serve": "musaenv.rl.adapters.openenv_server",
 }
 

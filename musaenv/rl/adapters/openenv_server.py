@@ -1,4 +1,8 @@
-"""An OpenEnv-compatible HTTP server for KernelGen-v0 (standard library only).
+"""A dependency-free OpenEnv-style HTTP server for KernelGen-v0 (standard library only).
+
+What it lacks, next to ``musaenv serve`` on openenv-core (:mod:`musaenv.rl.adapters.openenv_app`): no WebSocket
+``/ws`` (so openenv-core's ``EnvClient``/``GenericEnvClient`` cannot connect to it) and one episode per server,
+not concurrent sessions. Use it where openenv-core cannot be installed (``musaenv serve --stdlib``).
 
 Start it with one command::
 
@@ -41,7 +45,7 @@ from musaenv.env import Evaluator, KernelGenEnv
 from musaenv.errors import MusaEnvError
 from musaenv.tasks.prompts import feedback_text
 
-__all__ = ["KernelGenHTTPServer", "OpenEnvSession", "main", "serve"]
+__all__ = ["KernelGenHTTPServer", "OpenEnvSession", "add_serve_arguments", "add_serve_subparser", "main", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -271,18 +275,23 @@ def serve(
     return KernelGenHTTPServer((host, port), OpenEnvSession(env))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: ``python -m musaenv.rl.adapters.openenv_server --port N``."""
-    p = argparse.ArgumentParser(description="Serve KernelGen-v0 over OpenEnv-style HTTP (reset/step/state).")
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``musaenv serve`` (shared by both servers' module entry points)."""
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (0: any free port)")
-    p.add_argument("--task", default=None, help="task id or KernelBench file (default: sample the suite)")
+    p.add_argument("--port", type=int, default=8000, help="port (0: any free port, stdlib server only)")
+    p.add_argument("--task", default=None, help="task id or KernelBench file (default: chosen per reset)")
     p.add_argument("--backend", default="auto", help="auto, cpu, cuda, triton or musa")
     p.add_argument("--max-turns", type=int, default=3, help="responses per episode")
-    args = p.parse_args(argv)
+    p.add_argument("--max-sessions", type=int, default=8, help="concurrent WebSocket sessions (openenv-core)")
+    p.add_argument("--observation", default="transcript", choices=["transcript", "message"],
+                   help="observation: the whole transcript, or only the new message")  # fmt: skip
+
+
+def _run_stdlib(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    server = serve(args.host, args.port, task=args.task, backend=args.backend, max_turns=args.max_turns)
-    log.info("KernelGen-v0 OpenEnv server on %s (POST /reset, POST /step, GET /state)", server.url)
+    server = serve(args.host, args.port, task=args.task, backend=args.backend, max_turns=args.max_turns,
+                   observation=args.observation)  # fmt: skip
+    log.info("KernelGen-v0 OpenEnv-style server on %s (POST /reset, POST /step, GET /state)", server.url)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -290,6 +299,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         server.server_close()
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.stdlib:
+        return _run_stdlib(args)
+    try:
+        from musaenv.rl.adapters import openenv_app
+    except ImportError as e:
+        raise MusaEnvError(f"musaenv serve needs openenv-core ({e}): pip install 'musaenv[openenv]', "
+                           "or --stdlib for the single-session HTTP server") from None  # fmt: skip
+    return openenv_app.main(_argv_of(args))
+
+
+def _argv_of(args: argparse.Namespace) -> list[str]:
+    out = ["--host", args.host, "--port", str(args.port), "--backend", args.backend, "--max-turns",
+           str(args.max_turns), "--max-sessions", str(args.max_sessions),
+           "--observation", args.observation]  # fmt: skip
+    return out + (["--task", args.task] if args.task else [])
+
+
+def add_serve_subparser(sub: Any) -> None:
+    """Register ``musaenv serve`` on the CLI's subparsers."""
+    p = sub.add_parser("serve", help="serve KernelGen-v0 to OpenEnv clients (openenv-core; --stdlib: HTTP only)")
+    add_serve_arguments(p)
+    p.add_argument("--stdlib", action="store_true", help="the dependency-free single-session HTTP server instead")
+    p.set_defaults(func=_cmd_serve)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m musaenv.rl.adapters.openenv_server --port N`` (the stdlib server)."""
+    p = argparse.ArgumentParser(description="Serve KernelGen-v0 over OpenEnv-style HTTP (reset/step/state).")
+    add_serve_arguments(p)
+    return _run_stdlib(p.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,22 @@
 """KernelGen-v0 as a TRL ``environment_factory`` class: one ``submit_kernel`` tool, environment-owned reward.
 
-TRL's ``GRPOTrainer(..., environment_factory=Cls, reward_funcs=...)`` (TRL documentation, "OpenEnv Integration for
-Training LLMs with Environments", section "How environment_factory works"; experimental in TRL) expects a class
-such that:
+The contract, as TRL 1.16's ``GRPOTrainer`` implements it (``trl/trainer/grpo_trainer.py``):
 
 * ``Cls()`` takes no arguments (configuration comes from the enclosing scope): :func:`make_trl_environment`
-  returns such a class with the env's settings bound as class attributes;
-* ``reset(self, **kwargs)`` is called at the start of each episode with the dataset row's columns and returns the
-  first observation (appended to the prompt): here the KernelGen-v0 task prompt; a ``task`` column picks the task,
-  a ``seed`` column the seed;
-* every other public method is exposed to the model as a tool, its schema built from the type hints and the
-  ``Args:`` section of its docstring: here only :meth:`KernelGenToolEnv.submit_kernel` and
-  :meth:`KernelGenToolEnv.get_reward` are public; a tool that raises has its message fed back to the model;
-* the reward is read from the environment instances after the episode: ``reward_funcs=trl_reward_func`` (which
-  calls :meth:`KernelGenToolEnv.get_reward` on each), or TRL's environment-owned ``get_reward`` where supported.
+  returns such a class with the env's settings bound as class attributes. Instances are pooled and reused across
+  batches (constructed once, reset often).
+* ``reset(self, **kwargs)`` is called at the start of each episode with the dataset row's columns; the string it
+  returns is appended to the last user message: here the KernelGen-v0 task prompt; a ``task`` column picks the
+  task, a ``seed`` column the seed.
+* Every other public method except ``get_reward`` is exposed to the model as a tool, its schema built from the type
+  hints and the ``Args:`` section of its docstring: here only :meth:`KernelGenToolEnv.submit_kernel`. A tool that
+  raises has its message fed back to the model.
+* ``get_reward()`` makes the environment own the reward: TRL adds it as a reward source of weight 1 by itself, so
+  **no** ``reward_funcs`` is needed, and passing :func:`trl_reward_func` as well would count the reward twice.
 
-Caveat: TRL versions that expose *every* public method as a tool also offer ``get_reward`` to the model; calling it
-only reads the reward. TRL is not imported here (nor needed to use or test this class).
+The reward of a rollout is the episode's shaped return over the submissions it made, as if the episode ended
+there; a rollout that never called ``submit_kernel`` is scored like one ``format_error`` submission (the worst
+verdict, -1 under PrimeEcho), so staying silent never pays more than a failed attempt. TRL is not imported here.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 from musaenv.env import Evaluator, KernelGenEnv
 from musaenv.tasks.prompts import feedback_text
+from musaenv.types import EvalResult, Stage
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
@@ -55,8 +56,8 @@ class KernelGenToolEnv:
     pool), created at the first ``reset`` unless one was given.
 
     Attributes:
-        reward: The episode return so far (the sum of the env's shaped step rewards; PrimeEcho pays it on the
-            last step, so it is final once ``done``).
+        reward: What :meth:`get_reward` answers: the shaped return of the submissions so far, as if the episode
+            ended now (final once ``done``); the worst verdict's return before any submission.
         done: Whether the episode ended (a ``correct`` verdict or ``max_turns`` submissions).
         last_info: The env's info dict of the last submission (``eval``, ``score``, ...), ``{}`` before one.
         task_id: The current episode's task.
@@ -70,6 +71,8 @@ class KernelGenToolEnv:
 
     def __init__(self) -> None:
         self._env: KernelGenEnv | None = None
+        self._scores: list[float | None] = []
+        self._results: list[EvalResult] = []
         self.reward = 0.0
         self.done = False
         self.last_info: dict[str, Any] = {}
@@ -95,11 +98,23 @@ class KernelGenToolEnv:
         options = {"task": kwargs["task"]} if kwargs.get("task") is not None else None
         seed = kwargs.get("seed")
         obs, info = self._env.reset(seed=None if seed is None else int(seed), options=options)
-        self.reward = 0.0
+        self._scores, self._results = [], []
         self.done = False
         self.last_info = {}
         self.task_id = info["task_id"]
+        self.reward = self._shaped_return()
         return obs
+
+    def _shaped_return(self) -> float:
+        """The shaper's return of the submissions so far; a silent episode counts as one ``format_error``."""
+        assert self._env is not None
+        scores, results = self._scores, self._results
+        if not scores:
+            from musaenv.rewards import score_from_config
+
+            results = [EvalResult(Stage.FORMAT_ERROR, task_id=self.task_id or "", messages=("no submission",))]
+            scores = [score_from_config(results[0], self._env.config.reward)]
+        return float(sum(self._env.shaper.episode_rewards(scores, results)))
 
     def submit_kernel(self, code: str) -> str:
         """Submit a complete Python program for the verifier to build, test against the reference, and time.
@@ -112,8 +127,10 @@ class KernelGenToolEnv:
         """
         if self._env is None or self.done:
             raise ValueError("The episode is over: no more submissions are accepted.")
-        _, reward, terminated, truncated, info = self._env.step(code)
-        self.reward += float(reward)
+        _, _, terminated, truncated, info = self._env.step(code)
+        self._scores.append(info["score"])
+        self._results.append(EvalResult.from_dict(info["eval"]))
+        self.reward = self._shaped_return()  # equals the env's episode_return once the episode is over
         self.done = bool(terminated or truncated)
         self.last_info = info
         text = feedback_text(info["eval"], info["score"], self._env.config.feedback_chars)
@@ -125,10 +142,11 @@ class KernelGenToolEnv:
         return text + f"\nFix the problems and call submit_kernel again ({left} submission(s) left)."
 
     def get_reward(self) -> float:
-        """The episode's shaped return so far (final once the episode is over).
+        """The episode's shaped return over its submissions (final once the episode is over).
 
         Returns:
-            The sum of the environment's shaped rewards over this episode's submissions.
+            The shaper's return of this episode's submissions as if it ended now; before any submission, the
+            return of one ``format_error`` (the worst verdict).
         """
         return self.reward
 
@@ -182,7 +200,11 @@ def close_trl_environment(env_cls: type[KernelGenToolEnv], instances: Sequence[K
 
 
 def trl_reward_func(environments: Sequence[KernelGenToolEnv], **kwargs: Any) -> list[float]:
-    """TRL reward function: each environment's episode return (``reward_funcs=trl_reward_func``)."""
+    """Each environment's :meth:`~KernelGenToolEnv.get_reward`, as a ``reward_funcs`` entry.
+
+    Only for trainers that do not read ``get_reward`` themselves: TRL 1.16's ``GRPOTrainer`` already adds an
+    environment's ``get_reward`` as a reward, so passing this function too counts the reward twice.
+    """
     return [env.get_reward() for env in environments]
 
 

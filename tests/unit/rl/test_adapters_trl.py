@@ -59,7 +59,7 @@ def test_reset_returns_the_task_prompt_from_the_dataset_row(env_cls) -> None:
     env = env_cls()
     prompt = env.reset(**rows[1], seed=3)
     assert env.task_id == "l1_add" and "class Model" in prompt and "ModelNew" in prompt
-    assert env.get_reward() == 0.0 and not env.done
+    assert env.get_reward() == pytest.approx(-1.0) and not env.done  # silence scores like the worst verdict
 
 
 def test_submissions_return_feedback_and_the_reward_is_the_shaped_return(env_cls) -> None:
@@ -76,7 +76,7 @@ def test_submissions_return_feedback_and_the_reward_is_the_shaped_return(env_cls
     with pytest.raises(ValueError, match="episode is over"):
         env.submit_kernel("anything")
     env.reset(task="l1_relu")
-    assert env.get_reward() == 0.0 and not env.done
+    assert env.get_reward() == pytest.approx(-1.0) and not env.done
 
 
 def test_instances_of_one_class_share_one_evaluator(env_cls) -> None:

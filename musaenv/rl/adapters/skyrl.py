@@ -1,0 +1,131 @@
+"""KernelGen-v0 as a SkyRL-gym ``BaseTextEnv`` (``pip install 'musaenv[skyrl]'``), registered as ``musaenv``.
+
+SkyRL drives text envs from dataset rows: it builds ``skyrl_gym.make(env_class, env_config=..., extras=row)`` per
+trajectory, calls ``init(prompt)`` with the row's chat ``prompt``, then ``step(reply)`` until ``done``; each step's
+``observations`` are the new messages it appends to the conversation it keeps. ``musaenv dataset`` writes such rows
+(``env_class`` is ``musaenv``; the ``task`` field picks the task)::
+
+    import musaenv.rl.adapters.skyrl  # registers "musaenv"
+    import skyrl_gym
+
+    env = skyrl_gym.make("musaenv", env_config={"backend": "cpu", "max_turns": 3}, extras={"task": "l1_relu"})
+    prompt, meta = env.init([])                  # [] -> the task prompt as a user message
+    out = env.step(reply)                        # {"observations": [feedback message], "reward", "done", ...}
+
+SkyRL-gym 0.4 has no plugin entry points, so the import (or :func:`register_skyrl_env`) must come first. The
+reward is the env's shaped reward per turn (PrimeEcho: its whole return on the last turn, 0 before). Every
+instance with the same settings shares one :class:`~musaenv.evaluator.pool.EvaluatorPool` (SkyRL runs many
+trajectories at once).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from skyrl_gym.envs import register
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.registration import registry
+
+from musaenv.config import EvalConfig
+from musaenv.env import Evaluator, KernelGenEnv
+
+__all__ = ["ENV_ID", "KernelGenSkyRLEnv", "close_shared_evaluators", "register_skyrl_env"]
+
+ENV_ID = "musaenv"
+_ENV_KEYS = ("backend", "max_turns", "reward", "reward_kwargs", "stop_on_success", "levels")
+_pools: dict[str, Evaluator] = {}
+_pools_lock = threading.Lock()
+
+
+def _shared_evaluator(backend: str, eval_config: EvalConfig | None) -> Evaluator:
+    key = json.dumps([backend, eval_config.to_json() if eval_config else None])
+    with _pools_lock:
+        if key not in _pools:
+            from musaenv.evaluator.pool import EvaluatorPool
+
+            _pools[key] = EvaluatorPool(backend, eval_config)
+        return _pools[key]
+
+
+def close_shared_evaluators() -> None:
+    """Close the evaluator pools the envs created (e.g. at the end of training)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close()
+
+
+def _as_dict(cfg: Any) -> dict[str, Any]:
+    if cfg is None:
+        return {}
+    if isinstance(cfg, Mapping):
+        return dict(cfg)
+    return dict(getattr(cfg, "items", lambda: [])())  # an OmegaConf DictConfig (SkyRL's configs)
+
+
+class KernelGenSkyRLEnv(BaseTextEnv):
+    """One KernelGen-v0 episode per SkyRL trajectory; each step's observation is the verifier's new message.
+
+    Args:
+        env_config: ``backend`` (default ``cpu``), ``max_turns``, ``reward``, ``reward_kwargs``,
+            ``stop_on_success``, ``levels``, ``eval_config`` (an :class:`EvalConfig` or its dict), or ``evaluator``.
+        extras: The dataset row: ``task`` (or ``extra_info.task``) picks the task, ``seed`` the seed.
+    """
+
+    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        cfg, row = _as_dict(env_config), dict(extras or {})
+        ec = cfg.get("eval_config")
+        eval_config = EvalConfig.from_dict(_as_dict(ec)) if ec is not None and not isinstance(ec, EvalConfig) else ec
+        backend = str(cfg.get("backend", "cpu"))
+        evaluator = cfg.get("evaluator") or _shared_evaluator(backend, eval_config)
+        kwargs = {k: cfg[k] for k in _ENV_KEYS if k in cfg}
+        self.env = KernelGenEnv(**kwargs, eval_config=eval_config, evaluator=evaluator, observation="message")
+        self.max_turns = self.env.config.max_turns
+        info = _as_dict(row.get("extra_info"))
+        self.task = row.get("task") or info.get("task")
+        self.seed = row.get("seed", info.get("seed"))
+        self.scores: list[float | None] = []
+        self.verdicts: list[str] = []
+
+    def init(self, prompt: list[dict[str, str]]) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """Start the episode; an empty ``prompt`` becomes the task prompt as one user message."""
+        obs, info = self.env.reset(seed=None if self.seed is None else int(self.seed),
+                                   options={"task": self.task} if self.task else None)  # fmt: skip
+        self.turns, self.scores, self.verdicts = 0, [], []
+        return (list(prompt) if prompt else [{"role": "user", "content": obs}]), {"task_id": info["task_id"]}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """Evaluate one reply; the next observation is the verifier's feedback message (none once done)."""
+        _, reward, terminated, truncated, info = self.env.step(action)
+        self.turns += 1
+        self.scores.append(info["score"])
+        self.verdicts.append(info["eval"]["stage"])
+        done = bool(terminated or truncated)
+        observations = [] if done else [{"role": "user", "content": info["feedback"]}]
+        metadata = {"eval": info["eval"], "score": info["score"], "task_id": info["task_id"]}
+        if done:
+            metadata["episode_return"] = info["episode_return"]
+        return BaseTextEnvStepOutput(observations=observations, reward=float(reward), done=done, metadata=metadata)
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Per-episode numbers SkyRL averages: turns, first score, whether a turn was correct."""
+        first = self.scores[0] if self.scores else None
+        return {"turns": self.turns, "first_score": first, "solved": float("correct" in self.verdicts)}
+
+    def close(self) -> None:
+        """Close the env (the shared evaluator stays open: :func:`close_shared_evaluators`)."""
+        self.env.close()
+
+
+def register_skyrl_env() -> None:
+    """Register ``musaenv`` with SkyRL-gym (idempotent; done on import of this module)."""
+    if ENV_ID not in registry:
+        register(id=ENV_ID, entry_point="musaenv.rl.adapters.skyrl:KernelGenSkyRLEnv")
+
+
+register_skyrl_env()

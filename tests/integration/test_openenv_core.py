@@ -1,0 +1,128 @@
+"""``musaenv serve`` on openenv-core's server, driven by openenv-core's own clients over WebSocket ``/ws``.
+
+Runs where openenv-core is installed (CI: a venv of its own, since openenv-core and verifiers disagree on ``mcp``).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("openenv.core")
+uvicorn = pytest.importorskip("uvicorn")
+
+from musaenv.config import EvalConfig, TimingConfig  # noqa: E402
+from musaenv.evaluator.pool import EvaluatorPool  # noqa: E402
+from musaenv.rl.adapters.openenv_app import KernelGenAction, KernelGenClient, make_app  # noqa: E402
+from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+FAST = EvalConfig(static_policy="off", run_timeout_s=30.0, timing=TimingConfig(repeats=3, warmup=1, max_time_s=0.5))
+SESSIONS = 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, limit_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                return dict(json.loads(r.read()))
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    pool = EvaluatorPool("cpu", FAST, compile_workers=1)
+    app, close = make_app(evaluator=pool, max_sessions=SESSIONS, backend="cpu", max_turns=2, eval_config=FAST)
+    port = _free_port()
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url)
+        yield url
+    finally:
+        srv.should_exit = True
+        thread.join(30)
+        close()
+        pool.close()
+
+
+def test_concurrent_websocket_sessions_get_their_own_episodes(server: str) -> None:
+    responses = [hazard_candidate("relu_ok"), "no code in this answer", COMPILE_ERROR_CANDIDATE,
+                 hazard_candidate("relu_ok")]  # fmt: skip
+    together = threading.Barrier(SESSIONS, timeout=120)
+    out: dict[int, Any] = {}
+
+    def session(i: int) -> None:
+        with KernelGenClient(base_url=server, message_timeout_s=300).sync() as env:
+            first = env.reset(task="l1_relu", seed=i)
+            together.wait()  # all four sessions are open at once
+            step = env.step(KernelGenAction(code=responses[i]))
+            out[i] = (first, step, env.state())
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(SESSIONS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(400)
+    assert sorted(out) == list(range(SESSIONS)), out
+    verdicts = [out[i][1].observation.verdict for i in range(SESSIONS)]
+    assert verdicts == ["correct", "format_error", "compile_error", "correct"]
+    for i, (first, step, state) in out.items():
+        assert first.observation.task_id == "l1_relu" and "ModelNew" in first.observation.prompt and not first.done
+        assert state.step_count == 1 and state.task_id == "l1_relu" and state.scores == [step.observation.score]
+        if verdicts[i] == "correct":  # PrimeEcho pays the whole return at the first-turn success
+            assert step.done and step.reward == step.observation.episode_return > 1.0
+        else:  # a failed first turn of two: no reward yet, the feedback asks for another try
+            assert not step.done and step.reward == 0.0 and "answer again" in (step.observation.feedback or "")
+
+
+def test_openenv_generic_client_and_the_http_endpoints(server: str) -> None:
+    from openenv.core.generic_client import GenericEnvClient
+
+    with GenericEnvClient(base_url=server).sync() as env:
+        first = env.reset(task="l1_relu")
+        step = env.step({"code": "still no code"})
+    assert first.observation["task_id"] == "l1_relu" and step.observation["verdict"] == "format_error"
+    schema = json.loads(urllib.request.urlopen(f"{server}/schema", timeout=10).read())
+    assert "code" in json.dumps(schema["action"]) and "verdict" in json.dumps(schema["observation"])
+    body = json.dumps({"action": {"code": "no code", "task": "l1_add"}}).encode()
+    req = urllib.request.Request(f"{server}/step", body, {"Content-Type": "application/json"})
+    one_shot = json.loads(urllib.request.urlopen(req, timeout=60).read())  # stateless HTTP: a fresh env per request
+    assert one_shot["observation"]["task_id"] == "l1_add" and one_shot["observation"]["verdict"] == "format_error"
+
+
+def test_musaenv_serve_command(tmp_path: Any) -> None:
+    from openenv.core.generic_client import GenericEnvClient
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "musaenv.cli", "serve", "--port", str(port), "--backend", "cpu",
+                             "--task", "l1_relu"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert _wait_healthy(url)["status"] == "healthy"
+        with GenericEnvClient(base_url=url).sync() as env:
+            assert env.reset().observation["task_id"] == "l1_relu"
+    finally:
+        proc.terminate()
+        proc.wait(30)
