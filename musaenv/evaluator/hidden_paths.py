@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["hide_paths"]
 
 _NR_CREATE, _NR_ADD_RULE, _NR_RESTRICT = 444, 445, 446  # the same numbers on x86_64 and aarch64
-_READ_FILE, _READ_DIR = 1 << 2, 1 << 3
+_READ_FILE, _READ_DIR, _REFER = 1 << 2, 1 << 3, 1 << 13
 _PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -41,13 +41,18 @@ def _call(libc: ctypes.CDLL, nr: int, *args: object) -> int:
     return rc
 
 
-def _rules(hidden: Sequence[Path]) -> list[tuple[str, int]]:
-    """(path, rights) allowing every read except below ``hidden``."""
+def _rules(hidden: Sequence[Path], refer: int) -> list[tuple[str, int]]:
+    """(path, rights) allowing every read except below ``hidden``.
+
+    ``refer`` (``LANDLOCK_ACCESS_FS_REFER`` from ABI 2, else 0) goes on every directory rule: a ruleset that does
+    not grant it denies every rename or link across directories (EXDEV), e.g. Triton moving a compiled kernel
+    from the workdir into its cache.
+    """
     hidden_set = {p.resolve() for p in hidden}
     chain: set[Path] = set()
     for h in hidden_set:
         chain.update(h.parents)
-    rules: list[tuple[str, int]] = [(str(a), _READ_DIR) for a in sorted(chain)]
+    rules: list[tuple[str, int]] = [(str(a), _READ_DIR | refer) for a in sorted(chain)]
     for ancestor in sorted(chain):
         try:
             children = list(ancestor.iterdir())
@@ -57,7 +62,7 @@ def _rules(hidden: Sequence[Path]) -> list[tuple[str, int]]:
             real = child.resolve() if child.is_symlink() else child
             if child in chain or child in hidden_set or real in hidden_set or real in chain:
                 continue
-            rights = _READ_FILE | _READ_DIR if child.is_dir() else _READ_FILE
+            rights = _READ_FILE | _READ_DIR | refer if child.is_dir() else _READ_FILE
             rules.append((str(child), rights))
     return rules
 
@@ -75,10 +80,11 @@ def hide_paths(hidden: Sequence[Path]) -> str | None:
         return f"Landlock unavailable: {e}"
     if abi < 1:
         return "Landlock unavailable"
-    attr = _Attr(_READ_FILE | _READ_DIR)
+    refer = _REFER if abi >= 2 else 0
+    attr = _Attr(_READ_FILE | _READ_DIR | refer)
     rfd = _call(libc, _NR_CREATE, ctypes.byref(attr), ctypes.c_long(8), ctypes.c_long(0))
     try:
-        for path, rights in _rules(present):
+        for path, rights in _rules(present, refer):
             try:
                 pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:

@@ -50,13 +50,21 @@ _PROBE = textwrap.dedent(
     from musaenv.evaluator.sandbox import enter_sandbox
 
     seal("x", {})  # make the key
-    report = enter_sandbox(SandboxConfig(), Path(tempfile.mkdtemp()))
+    other = Path(tempfile.mkdtemp())  # a second writable tree, as Triton's cache is beside the workdir
+    work = Path(tempfile.mkdtemp())
+    report = enter_sandbox(SandboxConfig(), work, extra_writable=[other])
+    (work / "k.bin").write_text("x")
+    try:
+        (work / "k.bin").replace(other / "k.bin")  # a rename across directories (Landlock's REFER right)
+        moved = "ok"
+    except OSError as e:
+        moved = type(e).__name__
     try:
         (_env.key_dir() / "hmac.key").read_bytes()
         key = "read"
     except OSError as e:
         key = type(e).__name__
-    print(json.dumps({"key": key, "stdlib": len(Path(json.__file__).read_text()) > 0,
+    print(json.dumps({"key": key, "moved": moved, "stdlib": len(Path(json.__file__).read_text()) > 0,
                       "applied": report.applied, "not_applied": dict(report.not_applied)}))
     """
 )
@@ -72,3 +80,4 @@ def test_sandboxed_process_cannot_read_the_key(tmp_path: Path) -> None:
     if "landlock_hide_key" not in got["applied"]:
         pytest.skip(f"Landlock unavailable here: {got['not_applied'].get('landlock_hide_key')}")
     assert got["key"] == "PermissionError" and got["stdlib"]
+    assert got["moved"] == "ok"  # the read layer must not forbid renames between writable trees
