@@ -37,6 +37,10 @@ from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch
 TRACEBACK_CHARS = 6000
 
 
+class InputDrawError(Exception):
+    """Drawing the task's inputs (the reference program's ``get_inputs``) failed; carries the traceback."""
+
+
 class CandidateFailure(Exception):
     """Ends a candidate evaluation with a stage and a log."""
 
@@ -120,7 +124,10 @@ def run_trials(
         if k not in models:
             models[k] = program.build_model(model_cls, req["shapes"][k], req["init_seed"], device)
         program.apply_shape(req["shapes"][k])
-        inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
+        try:
+            inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
+        except Exception as e:  # the task's own code: never the candidate's verdict (see _trials_phase)
+            raise InputDrawError(f"drawing the inputs of trial {index + 1} failed:\n{format_exc(e)}") from None
         private = clone_args(inputs) if guarded else inputs
         if probe is not None:
             probe.before_call()
@@ -175,7 +182,10 @@ def run_timing(
     every timed output of a candidate on the same pool)."""
     t = req["timing"]
     program.apply_shape(req["shapes"][0])
-    pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
+    try:
+        pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
+    except Exception as e:
+        raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
     keep = [int(i) for i in t.get("keep", [])]
     with torch.no_grad():
         run = time_forward(
@@ -277,6 +287,8 @@ def _trials_phase(
 ) -> dict[int, Any]:
     try:
         models = run_trials(chan, req, program, model_cls, guard.device, guarded=True, probe=guard, drawn=drawn)
+    except InputDrawError as e:
+        raise CandidateFailure("input_error", str(e)) from None
     except BuildFailedError:
         raise CandidateFailure("compile_error", state.failed[-1]) from None
     except BaseException as e:
@@ -304,6 +316,11 @@ def _timing_phase(
     t = req["timing"]
     try:
         run, pool = run_timing(chan, req, program, model, guard.device, drawn)
+    except InputDrawError as e:
+        raise CandidateFailure("input_error", str(e)) from None
+    except BaseException as e:
+        raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
+    try:
         timed_calls = int(t["warmup"]) + len(run.samples_ms)
         report = guard.finish_timing(model, pool, timed_calls, int(t["flush_bytes"]), int(t["repeats"]))
     except BaseException as e:
@@ -319,13 +336,16 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     except RuntimeError as e:  # the device's runtime is missing here: the harness's problem, not the candidate's
         chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": str(e)}})
         return
-    gpu_draws = device.type == "cuda" and not req.get("compile_only")
-    program = ProgramModule(
-        load_program(req["task_source"], "reference_inputs", "<reference>"), device if gpu_draws else None
-    )
-    # On the CPU every input is drawn now, outside the device slot and before any candidate code runs.
-    drawn = draw_inputs(req, program) if device.type == "cpu" else DrawnInputs.nothing()
-    state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
+    compile_only = bool(req.get("compile_only"))
+    gpu_draws = device.type == "cuda" and not compile_only
+    try:  # the task's program, in the candidate's process only to draw inputs: its failure is the task's
+        source = load_program(req["task_source"], "reference_inputs", "<reference>")
+        program = ProgramModule(source, device if gpu_draws else None, device=device)
+    except BaseException as e:
+        log = "the task's reference program failed to load (a problem of the task, not the candidate):\n"
+        chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": log + format_exc(e)}})
+        return
+    state = install_loader_hook(chan, backend=req["backend"], compile_only=compile_only)
     if req["backend"] == "triton" and req["device"] == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
         from musaenv.backends.triton_interp import install_interpreter_guards
 
@@ -336,10 +356,11 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     chan.send({"type": "stage", "name": "load", "sandbox": sandbox})
     try:
         model_cls = _load_candidate(req, state)
-        if req.get("compile_only"):
+        if compile_only:  # nothing runs, so no input is drawn (except meta ones: shapes, no data)
             _instantiate_for_builds(program, req, model_cls, state)
             chan.send({"type": "result", "builds": state.builds, "compile_only": True})
             return
+        drawn = _draw_phase(chan, req, program, device)
         chan.send({"type": "stage", "name": "trials"})
         _wait_for_go(chan)  # the parent grants the device (on GPUs for the whole run; builds still overlap)
         threads_before = thread_count()
@@ -354,13 +375,43 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
         chan.send({"type": "result", "builds": state.builds, "failure": {"stage": f.stage, "log": f.log}})
 
 
+def _draw_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, device: torch.device) -> DrawnInputs:
+    """On the CPU, every input now: after the candidate's module-level builds (a candidate that does not build
+    costs no draw), before the device slot (drawing overlaps other evaluations' timing). GPU tiers draw each input
+    when it is needed, straight on the device. The ``draw`` stage has its own limit: a slow draw is the task's."""
+    if device.type != "cpu":
+        return DrawnInputs.nothing()
+    chan.send({"type": "stage", "name": "draw"})
+    try:
+        return draw_inputs(req, program)
+    except Exception as e:
+        raise CandidateFailure("input_error", f"drawing the task's inputs failed:\n{format_exc(e)}") from None
+
+
 def _instantiate_for_builds(program: ProgramModule, req: dict[str, Any], model_cls: Any, state: Any) -> None:
-    """Compile-only: run the constructor so builds made in ``__init__`` are checked too."""
+    """Compile-only: run the constructor so builds made in ``__init__`` are checked too; when nothing was built
+    yet, drive ``forward`` on meta tensors (shapes, no data) up to its first kernel call, so an extension built
+    lazily in ``forward`` is checked as well. Nothing built at all is its own verdict, never ``compiled``."""
     program.apply_shape(req["shapes"][0])
+    model = None
     with contextlib.suppress(BaseException):  # no device here: a constructor that touches it fails after its builds
-        model_cls(*program.init_inputs(req["init_seed"]))
+        model = model_cls(*program.init_inputs(req["init_seed"]))
     if state.failed:
         raise CandidateFailure("compile_error", state.failed[-1])
+    if not state.builds and model is not None:
+        with contextlib.suppress(BaseException):  # stops at the first kernel call: a compiled-only module raises
+            args = program.meta_inputs(int(req["trials"][0]["seed"]) if req.get("trials") else 0)
+            with torch.no_grad(), torch.device("meta"):
+                model.to("meta")(*args)
+        if state.failed:
+            raise CandidateFailure("compile_error", state.failed[-1])
+    if not state.builds:
+        raise CandidateFailure(
+            "not_built",
+            "compile-only: the candidate built no extension, neither when its module was imported, nor in "
+            "ModelNew's constructor, nor in a forward call on meta tensors (shapes without data) up to its first "
+            "kernel call; nothing was compiled, so nothing can be said about it on this machine",
+        )
 
 
 def serve(chan: Channel, role: str) -> int:
