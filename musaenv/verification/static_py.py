@@ -210,7 +210,12 @@ def _model_findings(prog: Program, policy: str) -> tuple[list[Finding], list[Eve
     out.extend(_event_findings(prog, summaries, policy))
     if not kernel.get(fwd, False):
         msg = "ModelNew.forward never calls a custom kernel (a load_inline extension function or a Triton launch)"
-        out.append(_policy_finding("no_custom_kernel", policy, msg, prog.units[fwd].node.lineno))
+        line = prog.units[fwd].node.lineno
+        if _closure(summaries, "opaque").get(fwd, False) and policy != "off":  # calls the static view cannot name
+            unsure = f"{msg} that the static view can see; it also calls values it cannot name (left to the runtime "
+            out.append(Finding("no_custom_kernel", WARNING, unsure + "check that a kernel ran: no_kernel_call)", line))
+        else:
+            out.append(_policy_finding("no_custom_kernel", policy, msg, line))
     if policy != "off":
         out.extend(_fallbacks(summaries, compute, kernel))
         if compute.get(fwd, False):
