@@ -155,7 +155,7 @@ class LocalEvaluator:
     def evaluate(self, task: Task, response: str, seed: int = 0) -> EvalResult:
         """Evaluate one response (raw LLM text or plain code) on ``task``. Never raises for a bad candidate."""
         start = time.perf_counter()
-        result = self._evaluate(task, response, seed)
+        result = self._evaluate(task, response, seed).replace(policy=self.config.static_policy)
         if result.stage is Stage.FORMAT_ERROR and not result.extra:
             return result  # refused before any process ran: no timing, so repeated calls give equal records
         return result.replace(eval_time_s=time.perf_counter() - start)
