@@ -54,7 +54,10 @@ def evaluate_call(fa: FunctionAnalyzer, node: ast.Call) -> Val:
             _args(fa, node)
             fa.emit("kernel", node, f"{base.ref}[grid]")
             return META
-        func = base if base.kind in ("torch", "nnmod", "fn") else UNKNOWN
+        if base.kind in ("modules", "union"):  # self.layers[i](x): one of the container's modules
+            func = fa.element(base)
+        else:
+            func = base if base.kind in ("torch", "nnmod", "fn") else UNKNOWN
     else:
         func = fa.value(node.func)
     args, kws = _args(fa, node)
