@@ -196,6 +196,8 @@ class LocalEvaluator:
                 with (self._device_slot if timed else None) or nullcontext():
                     ref = self._reference.run(task, plan, timing, limit_s, *checked)
             except ReferenceError_ as e:
+                if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on
+                    self._broken_tasks[task.source_hash] = f"task refused (its own code fails): {str(e)[:2000]}"
                 return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
         result = judge(
             run,

@@ -9,7 +9,7 @@ from static_samples import candidate
 
 from musaenv.verification import analyze_candidate
 
-BLOCKS = '''
+BLOCKS = """
 class Act(nn.Module):
     def forward(self, x):
         return ext.k(x)
@@ -23,7 +23,7 @@ class Block(nn.Module):
     def forward(self, x):
         return self.act(x)
 
-'''
+"""
 
 HONEST = {
     "module_list_loop": """
@@ -165,8 +165,8 @@ def test_kernelbench_keeps_some_operators_in_pytorch() -> None:
 
 
 def test_kernelbench_refuses_what_its_checker_refuses() -> None:
-    guarded = candidate("class ModelNew(nn.Module):\n    def forward(self, x):\n        try:\n            return ext.k(x)\n"
-                        "        except RuntimeError:\n            raise\n")  # fmt: skip
+    body = "class ModelNew(nn.Module):\n    def forward(self, x):\n        try:\n            return ext.k(x)\n"
+    guarded = candidate(body + "        except RuntimeError:\n            raise\n")
     assert analyze_candidate(guarded, policy="strict", preprocess=False).ok  # re-raising is no fallback here
     assert analyze_candidate(guarded, policy="kernelbench", preprocess=False).flags == ("try_except_fallback",)
     no_global = analyze_candidate(candidate(), policy="kernelbench", backend="cuda", preprocess=False)
