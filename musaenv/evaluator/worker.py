@@ -10,16 +10,16 @@ only, for many requests, in a process no candidate has touched.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from musaenv.evaluator.channel import Channel
+from musaenv.evaluator.compile_drive import drive_builds
+from musaenv.evaluator.failures import CandidateFailure, InputDrawError, format_exc
 from musaenv.evaluator.harness import (
     DrawnInputs,
     ProgramModule,
@@ -33,20 +33,6 @@ from musaenv.evaluator.harness import (
 from musaenv.evaluator.loader_hook import BuildFailedError, install_loader_hook
 from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, output_fingerprint, time_forward
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
-
-TRACEBACK_CHARS = 6000
-
-
-class InputDrawError(Exception):
-    """Drawing the task's inputs (the reference program's ``get_inputs``) failed; carries the traceback."""
-
-
-class CandidateFailure(Exception):
-    """Ends a candidate evaluation with a stage and a log."""
-
-    def __init__(self, stage: str, log: str, flags: tuple[str, ...] = ()) -> None:
-        super().__init__(log)
-        self.stage, self.log, self.flags = stage, log, flags
 
 
 def configure_device(req: dict[str, Any]) -> torch.device:
@@ -69,12 +55,6 @@ def _import_torch_musa() -> None:
             "device 'musa' needs torch_musa in the worker: install Moore Threads' torch_musa wheel matching "
             f"torch {torch.__version__} ({e})"
         ) from None
-
-
-def format_exc(exc: BaseException) -> str:
-    """The traceback of ``exc``, truncated to its last TRACEBACK_CHARS characters."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return text[-TRACEBACK_CHARS:]
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -357,7 +337,7 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     try:
         model_cls = _load_candidate(req, state)
         if compile_only:  # nothing runs, so no input is drawn (except meta ones: shapes, no data)
-            _instantiate_for_builds(program, req, model_cls, state)
+            drive_builds(program, req, model_cls, state)
             chan.send({"type": "result", "builds": state.builds, "compile_only": True})
             return
         drawn = _draw_phase(chan, req, program, device)
@@ -386,32 +366,6 @@ def _draw_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, devi
         return draw_inputs(req, program)
     except Exception as e:
         raise CandidateFailure("input_error", f"drawing the task's inputs failed:\n{format_exc(e)}") from None
-
-
-def _instantiate_for_builds(program: ProgramModule, req: dict[str, Any], model_cls: Any, state: Any) -> None:
-    """Compile-only: run the constructor so builds made in ``__init__`` are checked too; when nothing was built
-    yet, drive ``forward`` on meta tensors (shapes, no data) up to its first kernel call, so an extension built
-    lazily in ``forward`` is checked as well. Nothing built at all is its own verdict, never ``compiled``."""
-    program.apply_shape(req["shapes"][0])
-    model = None
-    with contextlib.suppress(BaseException):  # no device here: a constructor that touches it fails after its builds
-        model = model_cls(*program.init_inputs(req["init_seed"]))
-    if state.failed:
-        raise CandidateFailure("compile_error", state.failed[-1])
-    if not state.builds and model is not None:
-        with contextlib.suppress(BaseException):  # stops at the first kernel call: a compiled-only module raises
-            args = program.meta_inputs(int(req["trials"][0]["seed"]) if req.get("trials") else 0)
-            with torch.no_grad(), torch.device("meta"):
-                model.to("meta")(*args)
-        if state.failed:
-            raise CandidateFailure("compile_error", state.failed[-1])
-    if not state.builds:
-        raise CandidateFailure(
-            "not_built",
-            "compile-only: the candidate built no extension, neither when its module was imported, nor in "
-            "ModelNew's constructor, nor in a forward call on meta tensors (shapes without data) up to its first "
-            "kernel call; nothing was compiled, so nothing can be said about it on this machine",
-        )
 
 
 def serve(chan: Channel, role: str) -> int:
