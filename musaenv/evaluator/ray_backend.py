@@ -259,7 +259,9 @@ class RayEvaluator:
     def _run(self, req: EvalRequest) -> EvalResult:
         ray = self._ray
         artifacts: Any = self._artifacts(req.response)
-        result = EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name)
+        result = EvalResult(
+            Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name, policy=self.config.static_policy
+        )
         for attempt in range(1 + self.max_retries):
             actor = self._actors.get()
             try:
