@@ -261,6 +261,8 @@ def _compose_log(steps: list[_Step], passed: set[str]) -> str:
     parts = []
     for s in ordered:
         status = "timed out" if s.timed_out else f"exit {s.returncode}"
+        if s.name in passed and s.returncode != 0:  # the link: only symbols of libraries absent here were unresolved
+            status += "; " + s.note
         parts.append(f"== {s.name}: {shlex.join(s.command[:1] + s.command[-1:])} ({status})\n{s.output}")
     return "\n".join(parts)
 
