@@ -72,6 +72,19 @@ def _print_result(d: dict[str, Any], score: float | None) -> None:
         print("(" + ", ".join(extras) + ")")
 
 
+def add_policy_option(parser: argparse.ArgumentParser) -> None:
+    """``--policy``: the verification policy (shared by every subcommand that evaluates)."""
+    from musaenv.config import POLICIES
+
+    parser.add_argument(
+        "--policy",
+        default="strict",
+        choices=POLICIES,
+        help="verification policy: strict (MooreEval, only tensor plumbing in forward), kernelbench (KernelBench's "
+        "rules: some operators may stay in PyTorch), permissive, off (docs/verification.md)",
+    )
+
+
 def _cmd_eval(args: argparse.Namespace) -> int:
     from musaenv.config import EvalConfig
     from musaenv.evaluator.local import LocalEvaluator
@@ -84,7 +97,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         response = Path(args.candidate).read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         raise MusaEnvError(f"cannot read candidate file {args.candidate!r}: {e}") from None
-    config = EvalConfig(tier=args.tier, num_trials=args.trials, secret_plans=not args.reproducible)
+    config = EvalConfig(
+        tier=args.tier, num_trials=args.trials, static_policy=args.policy, secret_plans=not args.reproducible
+    )
     with LocalEvaluator(args.backend, config) as ev, progress("evaluating", not args.json):
         result = ev.evaluate(task, response, seed=args.seed)
     score = candidate_score(result)
@@ -157,6 +172,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "which timed calls are checked",
     )  # fmt: skip
     e.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
+    add_policy_option(e)
     e.set_defaults(func=_cmd_eval)
     d = sub.add_parser("demo", help="one multi-turn CPU episode with a scripted policy")
     d.add_argument("--task", default=DEMO_TASK)

@@ -12,7 +12,13 @@ from typing import Any, TypeVar
 
 from musaenv.errors import ConfigError
 
+#: Verification policies (docs/verification.md has what each allows): ``strict`` (MooreEval: only tensor plumbing
+#: in forward), ``kernelbench`` (KernelBench: some operators may stay in PyTorch; what KernelBench's checker refuses
+#: is refused), ``permissive`` (torch glue is a warning), ``off`` (only the safety bans).
+POLICIES = ("strict", "kernelbench", "permissive", "off")
+
 __all__ = [
+    "POLICIES",
     "EnvConfig",
     "EvalConfig",
     "RewardConfig",
@@ -161,10 +167,11 @@ class EvalConfig(_Config):
         load_timeout_s: Limit on importing the candidate module beyond compile time.
         run_timeout_s: Limit on all correctness trials together.
         timing_timeout_s: Limit on timing.
-        static_policy: ``strict`` (only tensor plumbing in forward), ``permissive`` (glue allowed) or ``off``.
+        static_policy: ``strict`` (only tensor plumbing in forward), ``kernelbench`` (KernelBench's rules: some
+            operators may stay in PyTorch), ``permissive`` (glue allowed) or ``off`` (see :data:`POLICIES`).
         runtime_policy: What the profiler check of one forward does with aten compute outside the allowlist:
-            ``strict`` (a ``cheating`` verdict), ``permissive`` (a warning and a coverage number), ``off`` (no
-            profiling), or ``auto`` (the same as ``static_policy``). See docs/verification.md.
+            ``strict`` (a ``cheating`` verdict), ``kernelbench``/``permissive`` (a warning and a coverage number),
+            ``off`` (no profiling), or ``auto`` (the same as ``static_policy``). See docs/verification.md.
         runtime_checks: The other runtime checks in the worker: the extension must run on every call and produce
             the output, outputs must follow inputs, a poisoned repeat must reproduce, no threads, timers or global
             settings touched. ``False`` keeps only the output, alias, input-mutation and timed-output checks.
@@ -215,16 +222,16 @@ class EvalConfig(_Config):
             v = getattr(self, name)
             _require(v > 0, n, f"{name} > 0", v, "Give a positive number of seconds.")
         _require(
-            self.static_policy in ("strict", "permissive", "off"),
+            self.static_policy in POLICIES,
             n,
-            "static_policy in strict/permissive/off",
+            f"static_policy in {'/'.join(POLICIES)}",
             self.static_policy,
             "Pick one of those.",
         )
         _require(
-            self.runtime_policy in ("auto", "strict", "permissive", "off"),
+            self.runtime_policy in ("auto", *POLICIES),
             n,
-            "runtime_policy in auto/strict/permissive/off",
+            f"runtime_policy in auto/{'/'.join(POLICIES)}",
             self.runtime_policy,
             "Pick one of those.",
         )

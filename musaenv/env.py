@@ -198,7 +198,7 @@ class KernelGenEnv(gym.Env[str, str]):
             self._task = self._fixed_task
         else:
             self._task = self._pool[int(self.np_random.integers(len(self._pool)))]
-        self._first_prompt = initial_prompt(self._task, self._backend(), self._tier())
+        self._first_prompt = initial_prompt(self._task, self._backend(), self._tier(), self.config.eval.static_policy)
         self._obs = self._first_prompt
         return self._obs, self._info(turn=0)
 

@@ -138,6 +138,7 @@ class EvalResult:
         warnings: Findings that did not change the verdict.
         messages: Human-readable notes, one per finding, in order.
         extra: Backend-specific, JSON-safe details.
+        policy: Verification policy of the verdict (``strict``, ``kernelbench``, ...; docs/verification.md).
     """
 
     stage: Stage
@@ -162,6 +163,7 @@ class EvalResult:
     warnings: tuple[str, ...] = ()
     messages: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    policy: str = ""
 
     @property
     def pass_fraction(self) -> float:

@@ -132,6 +132,7 @@ def _compile_only(spec: dict[str, Any]) -> dict[str, object]:
         spec["cpp_sources"], spec["cuda_sources"], spec["functions"],
         extra_cuda_cflags=spec["extra_cuda_cflags"], extra_cflags=spec["extra_cflags"],
         extra_include_paths=spec["extra_include_paths"], timeout_s=float(spec.get("timeout_s") or 300),
+        extra_ldflags=spec["extra_ldflags"],
     )  # fmt: skip
     steps = [s if isinstance(s, dict) else str(s) for s in check.steps]
     return {"ok": check.ok, "log": check.log, "tier": "compile_only", "steps": steps,

@@ -1,16 +1,18 @@
 """Compile-only checking of CUDA candidates on a machine with nvcc but no GPU.
 
-Mirrors what ``torch.utils.cpp_extension.load_inline`` would compile, without linking or loading:
+Mirrors what ``torch.utils.cpp_extension.load_inline`` would build, short of loading it:
 
 * ``cuda.cu``: ``#include <torch/types.h>``, ``<cuda.h>``, ``<cuda_runtime.h>`` (load_inline prepends these)
-  followed by the CUDA sources, compiled by ``nvcc -cubin`` for one architecture. That runs nvcc's
-  front end over the whole file (host functions included) and device code generation plus ``ptxas``
-  (register and shared-memory limits), but not g++ on the host half.
+  followed by the CUDA sources, compiled by ``nvcc -c`` for one architecture: nvcc's front end, device code
+  generation and ``ptxas`` (register and shared-memory limits), and g++ on the host half.
 * ``main.cpp``: ``#include <torch/extension.h>``, the C++ sources and the pybind11 module load_inline
-  generates for ``functions``, checked with ``c++ -fsyntax-only``.
+  generates for ``functions``, compiled by ``c++ -c``.
+* ``link``: the objects linked as torch links them, every symbol resolved (:mod:`musaenv.backends.cuda_link`),
+  and ``PyInit_<name>`` present: ``ok`` means the module would import, not only that its files compile.
 
-Both steps run in parallel, each in its own process group that is killed on timeout. Compiler output
-comes back verbatim, failing steps first. Measured costs and what is and is not checked: ``docs/musa.md``.
+Both compile steps run in parallel, each in its own process group that is killed on timeout; the link follows.
+Compiler and linker output comes back verbatim, failing steps first. Measured costs and what is and is not
+checked: ``docs/musa.md``.
 """
 
 from __future__ import annotations
@@ -33,19 +35,21 @@ from pathlib import Path
 from typing import IO, Any
 
 from musaenv import _env
+from musaenv.backends.cuda_link import judge_link, link_plan, missing_module_init
 from musaenv.errors import BackendUnavailableError
 
 __all__ = ["CHECK_VERSION", "CompileCheck", "cuda_compile_check"]
 
 # Part of the cached verdict's name: bump it when the check's commands change, so verdicts of the old commands
-# are not reused (2: torch <= 2.8's shell-quoted pybind11 ABI defines are split as a shell would).
-CHECK_VERSION = 2
+# are not reused (2: torch <= 2.8's shell-quoted pybind11 ABI defines are split as a shell would; 3: objects are
+# linked and resolved, and the module must define its PyInit).
+CHECK_VERSION = 3
 
 logger = logging.getLogger(__name__)
 
 # load_inline's implicit headers for cuda_sources (torch/utils/cpp_extension.py, every torch >= 2.4).
 _CUDA_PRELUDE = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
-_EXTENSION_NAME = "musaenv_compile_check"  # the name only matters for linking, which is not done here
+_EXTENSION_NAME = "musaenv_compile_check"  # the module's name: PyInit_musaenv_compile_check must be defined
 _ARCH_FLAG = re.compile(r"-arch(=|$)|--gpu-architecture|-gencode|--generate-code|-code(=|$)|--gpu-code")
 # Headers a CUDA build of torch or a full CUDA toolkit has and this machine may lack: failing on one of
 # them says nothing about the candidate.
@@ -180,10 +184,12 @@ def _commands(
             *system,
             *defines,
             *COMMON_NVCC_FLAGS,
+            "--compiler-options",
+            "-fPIC",
             f"-arch={arch}",
-            "-cubin",
+            "-c",
             "-o",
-            "cuda.cubin",
+            "cuda.o",
             *kept,
         ]
         if not any(f.startswith("-std=") for f in cmd):
@@ -195,7 +201,7 @@ def _commands(
 
         cxx = get_cxx_compiler()
         steps.append(
-            _Step("cpp", [cxx, *user, *system, *defines, "-fPIC", std, *extra_cflags, "-fsyntax-only", "main.cpp"])
+            _Step("cpp", [cxx, *user, *system, *defines, "-fPIC", std, *extra_cflags, "-c", "main.cpp", "-o", "main.o"])
         )
     return steps
 
@@ -250,11 +256,13 @@ def _run(steps: list[_Step], build: Path, deadline: float) -> None:
                 step.out.close()
 
 
-def _compose_log(steps: list[_Step]) -> str:
-    ordered = sorted(steps, key=lambda s: s.returncode == 0)  # failing (or killed) steps first
+def _compose_log(steps: list[_Step], passed: set[str]) -> str:
+    ordered = sorted(steps, key=lambda s: s.name in passed)  # failing (or killed) steps first
     parts = []
     for s in ordered:
         status = "timed out" if s.timed_out else f"exit {s.returncode}"
+        if s.name in passed and s.returncode != 0:  # the link: only symbols of libraries absent here were unresolved
+            status += "; " + s.note
         parts.append(f"== {s.name}: {shlex.join(s.command[:1] + s.command[-1:])} ({status})\n{s.output}")
     return "\n".join(parts)
 
@@ -285,6 +293,7 @@ def cuda_compile_check(
     arch: str = "sm_90",
     *,
     with_pytorch_error_handling: bool = True,
+    extra_ldflags: Sequence[str] = (),
 ) -> CompileCheck:
     """Compile a ``load_inline`` candidate's sources without a GPU; a bad candidate is a failed check.
 
@@ -298,10 +307,12 @@ def cuda_compile_check(
         timeout_s: Wall-clock budget for the whole check; steps still running are killed.
         arch: The one GPU architecture nvcc compiles device code for.
         with_pytorch_error_handling: As ``load_inline``'s (wraps bound functions in ``wrap_pybind_function``).
+        extra_ldflags: Linker flags, placed where torch places them; a ``-l`` of a CUDA library this machine lacks
+            is dropped and its symbols accepted (:mod:`musaenv.backends.cuda_link`).
 
     Returns:
-        ``ok``, the compiler output, wall time, the commands run, and ``inconclusive`` when only a header
-        missing from this machine stopped the check.
+        ``ok`` (compiled, linked with every symbol resolved, module init defined), the compiler and linker output,
+        wall time, the commands run, and ``inconclusive`` when only a header missing from this machine stopped it.
 
     Raises:
         BackendUnavailableError: No CUDA toolkit (``musaenv._env.cuda_home()``) or no torch.
@@ -318,18 +329,55 @@ def cuda_compile_check(
         (build / "main.cpp").write_text("\n".join(["#include <torch/extension.h>", *cpp, *module_def]))
         if cuda:
             (build / "cuda.cu").write_text("\n".join([*_CUDA_PRELUDE, *cuda]))
-        has_cpp = any(s.strip() for s in cpp) or bool(module_def)  # else main.cpp is one torch header: nothing to check
+        has_cpp = any(s.strip() for s in cpp) or bool(module_def)  # else main.cpp is one torch header: no symbols
         steps = _commands(has_cpp, bool(cuda), cuda_home, arch, extra_cuda_cflags, extra_cflags, extra_include_paths)
         _run(steps, build, deadline)
+        passed = {s.name for s in steps if s.returncode == 0}
+        if steps and len(passed) == len(steps):
+            steps.append(_link(build, has_cpp, bool(cuda), cuda_home, extra_ldflags, deadline, passed))
     finally:
         shutil.rmtree(build, ignore_errors=True)
     seconds = time.monotonic() - started
-    ok = all(s.returncode == 0 for s in steps)
+    ok = bool(steps) and all(s.name in passed for s in steps)
     logger.debug("compile check %s in %.1f s: %s", "ok" if ok else "failed", seconds, [s.name for s in steps])
     return CompileCheck(
         ok=ok,
-        log=_compose_log(steps),
+        log=_compose_log(steps, passed),
         seconds=round(seconds, 3),
         steps=tuple(s.record() for s in steps),
-        inconclusive=None if ok else _inconclusive(steps, cuda_home),
+        inconclusive=None if ok else _inconclusive([s for s in steps if s.name not in passed], cuda_home),
     )
+
+
+def _link(
+    build: Path,
+    has_cpp: bool,
+    with_cuda: bool,
+    cuda_home: Path,
+    extra_ldflags: Sequence[str],
+    deadline: float,
+    passed: set[str],
+) -> _Step:
+    """Link the objects as torch would and judge the result; adds ``link`` to ``passed`` when the module would
+    import (every symbol resolved or stubbed, ``PyInit_<name>`` defined)."""
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    objects = [*(["main.o"] if has_cpp else []), *(["cuda.o"] if with_cuda else [])]
+    plan = link_plan(get_cxx_compiler(), objects, with_cuda, cuda_home, extra_ldflags, f"{_EXTENSION_NAME}.so")
+    step = _Step("link", plan.command, "; ".join(plan.notes))
+    _run([step], build, deadline)
+    ok, missing = judge_link(step.returncode, step.output, plan)
+    if missing:
+        step.output += (
+            f"\n[musaenv] undefined symbols (importing the module would fail with 'undefined symbol'): {missing}\n"
+        )
+    if ok and missing_module_init([build / o for o in objects], _EXTENSION_NAME):
+        ok = False
+        step.output += (
+            f"\n[musaenv] the module defines no PyInit_{_EXTENSION_NAME}: no functions are bound and no "
+            "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) is defined, so importing it fails ('dynamic module does not "
+            "define module export function')\n"
+        )
+    if ok:
+        passed.add("link")
+    return step

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musaenv.config import POLICIES
 from musaenv.errors import MusaEnvError
 
 __all__ = ["EVAL_OPTIONS", "EvalOption", "add_bench_subparser", "add_eval_options", "eval_config_from_args"]
@@ -35,6 +36,21 @@ class EvalOption:
 
 
 EVAL_OPTIONS: tuple[EvalOption, ...] = (
+    EvalOption(
+        "--policy",
+        ("static_policy",),
+        {"default": "strict", "choices": list(POLICIES), "help": "verification policy (docs/verification.md)"},
+    ),
+    EvalOption(
+        "--reproducible",
+        ("secret_plans",),
+        {
+            "action": "store_const",
+            "const": False,
+            "default": None,
+            "help": "plans from --seed alone (no secret mixed in): repeatable runs, predictable checks",
+        },
+    ),
     EvalOption("--tier", ("tier",), {"default": "auto", "choices": ["auto", "cpu", "gpu"], "help": "size tier"}),
     EvalOption("--trials", ("num_trials",), {"type": int, "default": 5, "help": "correctness trials per sample"}),
     EvalOption(

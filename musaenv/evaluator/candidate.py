@@ -63,10 +63,16 @@ class CandidateRun:
     cpu_budget: int = 1
 
 
+# Stages in which no candidate verdict can be earned: "start" ends before the candidate's code runs, and "draw" only
+# draws the task's inputs (a candidate's sabotage of drawing is told apart by the parent: see LocalEvaluator).
+_HARNESS_STAGES = {"start": "infra_error", "draw": "input_error"}
+
+
 def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
     return {
         "start": cfg.load_timeout_s,
         "load": cfg.load_timeout_s,
+        "draw": cfg.run_timeout_s,
         "trials": cfg.run_timeout_s,
         "timing": cfg.timing_timeout_s,
     }
@@ -163,8 +169,11 @@ def _drive(
             got = recv_before(worker, deadline)
             if got is None:
                 worker.kill()
+                # Before the candidate's code runs the time is the harness's; a slow draw of the task's inputs is
+                # the task's unless the reference process cannot reproduce it (LocalEvaluator checks).
+                stage = _HARNESS_STAGES.get(phase, "timeout")
                 run.failure = (
-                    "timeout",
+                    stage,
                     f"the {phase} stage exceeded its {timeouts[phase]:.0f} s limit; the worker was killed",
                 )
                 return run
@@ -196,7 +205,8 @@ def _drive(
         except EOFError:
             desc = worker.exit_description()
             tail = worker.log_tail()
-            run.failure = ("runtime_error", f"{desc} during the {phase} stage" + (f"\n{tail}" if tail else ""))
+            stage = "infra_error" if phase == "start" else "runtime_error"  # "start": before the candidate's code
+            run.failure = (stage, f"{desc} during the {phase} stage" + (f"\n{tail}" if tail else ""))
             return run
         except (ProtocolError, KeyError, TypeError, ValueError) as e:
             worker.kill()

@@ -5,6 +5,7 @@ Only the worker process imports this module.
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import types
 from collections.abc import Sequence
@@ -13,8 +14,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 __all__ = [
+    "CudaToDevice",
     "DrawnInputs",
     "ProgramModule",
     "draw_inputs",
@@ -45,6 +48,32 @@ def load_program(source: str, name: str, filename: str) -> types.ModuleType:
     return module
 
 
+def _is_cuda(v: Any) -> bool:
+    if isinstance(v, torch.device):
+        return v.type == "cuda"
+    return isinstance(v, str) and v.split(":", 1)[0] == "cuda"
+
+
+class CudaToDevice(TorchFunctionMode):
+    """Runs reference code written for a CUDA machine on ``target``: ``.cuda()``, ``.to("cuda")`` and
+    ``device="cuda"`` go to ``target`` instead (KernelBench's prompt examples and older KernelBench files draw their
+    inputs with ``.cuda()``; on a CPU evaluation that would fail before the candidate is even judged)."""
+
+    def __init__(self, target: torch.device) -> None:
+        super().__init__()
+        self.target = target
+
+    def __torch_function__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0].to(self.target)
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = self.target
+        if func is torch.Tensor.to:
+            args = [self.target if _is_cuda(a) else a for a in args]
+        return func(*args, **kwargs)
+
+
 class ProgramModule:
     """A loaded reference program with its size constants settable per shape.
 
@@ -54,11 +83,17 @@ class ProgramModule:
     a single-threaded CPU ``randn`` took 1.6-1.9 s per input here, 16 times for a timing pool. The values come
     from the GPU's generator under the same seeds, in the candidate's worker and the reference's alike. A
     ``get_inputs`` that fails there (CPU-only code) is drawn on the CPU from then on in this process.
+
+    ``device`` (the evaluation's device, when it is not CUDA): ``.cuda()`` and ``device="cuda"`` in the program's
+    ``get_inputs``/``get_init_inputs`` are mapped to it (:class:`CudaToDevice`).
     """
 
-    def __init__(self, module: types.ModuleType, draw_device: torch.device | None = None) -> None:
+    def __init__(
+        self, module: types.ModuleType, draw_device: torch.device | None = None, device: torch.device | None = None
+    ) -> None:
         self.module = module
         self.draw_device = draw_device
+        self.cuda_to = device if device is not None and device.type != "cuda" else None
         self._defaults = {
             k: v
             for k, v in vars(module).items()
@@ -75,7 +110,11 @@ class ProgramModule:
     def init_inputs(self, seed: int) -> list[Any]:
         """``get_init_inputs()`` under ``seed``."""
         seed_all(seed)
-        return list(self.module.get_init_inputs())
+        with self._mapped():
+            return list(self.module.get_init_inputs())
+
+    def _mapped(self) -> Any:
+        return CudaToDevice(self.cuda_to) if self.cuda_to is not None else contextlib.nullcontext()
 
     def build_model(self, model_cls: Any, shape: dict[str, Any], init_seed: int, device: torch.device) -> Any:
         """``model_cls(*get_init_inputs())`` at ``shape``, parameters seeded with ``init_seed + 1``, on ``device``
@@ -95,7 +134,14 @@ class ProgramModule:
             except Exception:  # CPU-only input code: every later draw of this process on the CPU
                 self.draw_device = None
                 seed_all(seed)
-        return list(self.module.get_inputs())
+        with self._mapped():
+            return list(self.module.get_inputs())
+
+    def meta_inputs(self, seed: int) -> list[Any]:
+        """``get_inputs()`` on the meta device: shapes and dtypes without memory or arithmetic (compile-only)."""
+        seed_all(seed)
+        with torch.device("meta"), CudaToDevice(torch.device("meta")):
+            return list(self.module.get_inputs())
 
 
 def to_device(args: Sequence[Any], device: torch.device) -> list[Any]:

@@ -112,6 +112,64 @@ def _import_extension(name: str, so_path: str) -> types.ModuleType:
     return module
 
 
+class _DefaultRef:
+    """Stands for one default value in a generated signature: its ``repr`` is the expression that fetches it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"_defaults[{self.name!r}]"
+
+
+def with_signature_of(original: Callable[..., Any], impl: Callable[[dict[str, Any]], Any]) -> Callable[..., Any]:
+    """A function with exactly ``original``'s parameters that calls ``impl`` with the bound arguments by name.
+
+    Python itself binds the call, so what the installed torch rejects (an unknown keyword such as
+    ``extra_cuda_flags``, a missing ``cpp_sources``, too many positional arguments) raises the very ``TypeError``
+    torch's own ``load_inline`` raises, word for word; a signature read at install time follows every torch version.
+    """
+    sig = inspect.signature(original)
+    defaults: dict[str, Any] = {}
+    params = []
+    for p in sig.parameters.values():
+        default = p.default
+        if default is not inspect.Parameter.empty:
+            defaults[p.name] = default
+            default = _DefaultRef(p.name)
+        params.append(p.replace(annotation=inspect.Parameter.empty, default=default))
+    text = str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
+    named = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    extra = [f"**{p.name}" for p in params if p.kind is p.VAR_KEYWORD]
+    body = "{" + ", ".join([*(f"{n!r}: {n}" for n in named), *extra]) + "}"
+    name = getattr(original, "__name__", "load_inline")
+    namespace: dict[str, Any] = {"_defaults": defaults, "_impl": impl, "__name__": __name__}
+    exec(f"def {name}{text}:\n    return _impl({body})\n", namespace)  # our text: torch's parameter names
+    fn: Callable[..., Any] = namespace[name]
+    fn.__doc__ = original.__doc__
+    return fn
+
+
+def _build(state: BuildState, kwargs: dict[str, Any]) -> types.ModuleType:
+    """Ask the parent to build one ``load_inline`` call's extension and import it (or stand in for it)."""
+    name = kwargs.get("name")
+    spec = BuildSpec.from_load_inline(kwargs, backend=state.backend, compile_only=state.compile_only)
+    reply = state.request(spec)
+    state.builds.append({k: reply.get(k) for k in ("name", "ok", "seconds", "cached")})
+    if not reply.get("ok"):
+        state.failed.append(str(reply.get("log", "build failed")))
+        raise BuildFailedError(f"building extension {name!r} failed:\n{reply.get('log', '')}")
+    if state.compile_only:
+        return CompiledOnlyModule(str(reply["name"]))
+    try:
+        module = _import_extension(str(reply["name"]), str(reply["so_path"]))
+    except ImportError as e:
+        state.failed.append(f"the extension built but failed to load: {e}")
+        raise BuildFailedError(state.failed[-1]) from None
+    state.calls.wrap_module(module)
+    return module
+
+
 def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False) -> BuildState:
     """Replace ``load_inline`` (and refuse ``load``) in :mod:`torch.utils.cpp_extension` for this process.
 
@@ -120,36 +178,16 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
     import torch.utils.cpp_extension as ce
 
     state = BuildState(chan, backend, compile_only)
-    positional = [
-        p for p in inspect.signature(ce.load_inline).parameters if p not in ("name", "cpp_sources", "cuda_sources")
-    ]
 
-    def load_inline(
-        name: str = "", cpp_sources: Any = None, cuda_sources: Any = None, *args: Any, **kwargs: Any
-    ) -> types.ModuleType:
-        kwargs.update(cpp_sources=cpp_sources, cuda_sources=cuda_sources)
+    def build(kwargs: dict[str, Any]) -> types.ModuleType:
         for musa, cuda in (("musa_sources", "cuda_sources"), ("extra_musa_cflags", "extra_cuda_cflags")):
             if musa in kwargs:  # torch_musa's spelling; the MUSA backend's builder hands them to mcc
                 kwargs[cuda] = kwargs.pop(musa)
-        if args:  # positional arguments after cuda_sources follow the installed torch's own signature
-            kwargs.update(dict(zip(positional, args)))
         if kwargs.get("sycl_sources"):
             raise TypeError("load_inline: sycl_sources are not supported by musaenv's backends")
-        spec = BuildSpec.from_load_inline(kwargs, backend=state.backend, compile_only=state.compile_only)
-        reply = state.request(spec)
-        state.builds.append({k: reply.get(k) for k in ("name", "ok", "seconds", "cached")})
-        if not reply.get("ok"):
-            state.failed.append(str(reply.get("log", "build failed")))
-            raise BuildFailedError(f"building extension {name!r} failed:\n{reply.get('log', '')}")
-        if state.compile_only:
-            return CompiledOnlyModule(str(reply["name"]))
-        try:
-            module = _import_extension(str(reply["name"]), str(reply["so_path"]))
-        except ImportError as e:
-            state.failed.append(f"the extension built but failed to load: {e}")
-            raise BuildFailedError(state.failed[-1]) from None
-        state.calls.wrap_module(module)
-        return module
+        return _build(state, kwargs)
+
+    load_inline = with_signature_of(ce.load_inline, build)
 
     def load(*args: Any, **kwargs: Any) -> types.ModuleType:
         raise RuntimeError("musaenv candidates build kernels with load_inline(...); load() of files is not supported")
@@ -161,7 +199,7 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
             from torch_musa.utils import musa_extension
         except Exception:  # no torch_musa: the worker already refused the device with a clear message
             pass
-        else:
-            musa_extension.load_inline = load_inline
+        else:  # torch_musa's own signature (musa_sources, extra_musa_cflags), as a ported candidate calls it
+            musa_extension.load_inline = with_signature_of(musa_extension.load_inline, build)
             musa_extension.load = load
     return state

@@ -88,6 +88,7 @@ class LocalEvaluator:
         )
         self._spare: WorkerProcess | None = None
         self._device_slot = device_slot
+        self._broken_tasks: dict[str, str] = {}  # task source hash -> why its reference cannot run (refused once)
         self._closed = False
         sweep_stale_builds()
 
@@ -154,7 +155,7 @@ class LocalEvaluator:
     def evaluate(self, task: Task, response: str, seed: int = 0) -> EvalResult:
         """Evaluate one response (raw LLM text or plain code) on ``task``. Never raises for a bad candidate."""
         start = time.perf_counter()
-        result = self._evaluate(task, response, seed)
+        result = self._evaluate(task, response, seed).replace(policy=self.config.static_policy)
         if result.stage is Stage.FORMAT_ERROR and not result.extra:
             return result  # refused before any process ran: no timing, so repeated calls give equal records
         return result.replace(eval_time_s=time.perf_counter() - start)
@@ -167,6 +168,9 @@ class LocalEvaluator:
         static = self._static(ext.code)
         if isinstance(static, EvalResult):
             return static.replace(task_id=task.id, backend=self.backend.name)
+        if task.source_hash in self._broken_tasks:  # its reference failed before: no worker, no candidate verdict
+            why = self._broken_tasks[task.source_hash]
+            return base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(why,))
         plan = make_plan(task, self.tier, self.config, seed)
         timing = self._timing_request(plan)
         if not self.backend.compile_only:
@@ -176,6 +180,10 @@ class LocalEvaluator:
         except RuntimeError as e:
             return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e),))
         run.timing_layout = (self.config.timing.warmup, plan.timing_pool)
+        if run.failure is not None and run.failure[0] == "input_error":
+            broken = self._task_inputs_failed(task, plan, run)
+            if broken is not None:
+                return base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(broken,))
         atol, rtol = self._tolerances(task)
         ref = None
         if run.failure is None and not run.compile_only:
@@ -189,6 +197,8 @@ class LocalEvaluator:
                 with (self._device_slot if timed else None) or nullcontext():
                     ref = self._reference.run(task, plan, timing, limit_s, *checked)
             except ReferenceError_ as e:
+                if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on
+                    self._broken_tasks[task.source_hash] = f"task refused (its own code fails): {str(e)[:2000]}"
                 return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
         result = judge(
             run,
@@ -208,6 +218,25 @@ class LocalEvaluator:
                 messages=(*result.messages, f"Speedup is against the eager reference: {ref.timing_note}"),
             )
         return self._triton_aot(task, ext.code, result)
+
+    def _task_inputs_failed(self, task: Task, plan: EvalPlan, run: CandidateRun) -> str | None:
+        """Drawing inputs failed in the candidate's worker: the task's fault when the reference process (which never
+        runs candidate code) fails too, and then why (the task is refused from now on); ``None`` when only the
+        candidate's process failed, which is then the candidate's ``runtime_error``."""
+        assert run.failure is not None
+        try:
+            with self._device_slot or nullcontext():
+                self._reference.run(task, plan, None, self.config.run_timeout_s)
+        except ReferenceError_ as e:
+            why = f"task refused (its own code fails, not the candidate's): {str(e)[:2000]}"
+            self._broken_tasks[task.source_hash] = why
+            return why
+        run.failure = (
+            "runtime_error",
+            "drawing the task's inputs failed in the candidate's process after the candidate's code ran, while the "
+            f"reference process draws them fine:\n{run.failure[1]}",
+        )
+        return None
 
     def _triton_aot(self, task: Task, code: str, result: EvalResult) -> EvalResult:
         """Triton through the interpreter: a correct candidate must also compile for a GPU (docs/backends.md)."""

@@ -154,7 +154,8 @@ class EvaluatorPool:
         except Exception as e:  # a harness bug or a dead process: the request still gets a result
             log.exception("evaluator failed on %s", req.task.id)
             return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name,
-                              messages=(f"evaluator failed: {type(e).__name__}: {e}",))  # fmt: skip
+                              messages=(f"evaluator failed: {type(e).__name__}: {e}",),
+                              policy=self.config.static_policy)  # fmt: skip
         finally:
             self._give_back(ev, healthy)
 
@@ -194,7 +195,7 @@ class EvaluatorPool:
             return fut.result()
         return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name,
                           messages=(f"the pool's {self.request_timeout_s:.0f} s request limit passed",),
-                          extra={"pool_timeout": True})  # fmt: skip
+                          extra={"pool_timeout": True}, policy=self.config.static_policy)  # fmt: skip
 
     def imap(self, requests: Iterable[EvalRequest | Sequence[Any]]) -> Iterator[tuple[int, EvalResult]]:
         """Yield ``(index, result)`` as evaluations finish, submitting lazily (never more than the pool holds)."""

@@ -339,7 +339,9 @@ class RayEvaluator:
 
     def _execute(self, req: EvalRequest, shipped: Any, collect: list[str]) -> tuple[EvalResult, list[Any]]:
         ray = self._ray
-        result = EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name)
+        result = EvalResult(
+            Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name, policy=self.config.static_policy
+        )
         built: list[Any] = []
         for attempt in range(1 + self.max_retries):
             actor = self._pool.take(self._wait_limit_s)

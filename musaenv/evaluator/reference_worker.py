@@ -35,7 +35,9 @@ def _program(cache: dict[str, ProgramModule], req: dict[str, Any]) -> ProgramMod
     if key not in cache:
         device = torch.device(req["device"])
         cache[key] = ProgramModule(
-            load_program(req["task_source"], "reference", "<reference>"), device if device.type == "cuda" else None
+            load_program(req["task_source"], "reference", "<reference>"),
+            device if device.type == "cuda" else None,
+            device=device,
         )
     return cache[key]
 

@@ -31,6 +31,13 @@ def _cpu_overuse(run: CandidateRun, device: str | None) -> bool:
     return device == "cpu" and any(u.phase == "timing" and over_budget(u, run.cpu_budget) for u in run.cpu)
 
 
+# Worker failures that say nothing about the candidate: an ``infra_error`` with this flag and sentence.
+NOT_CANDIDATE_FAILURES = {
+    "not_built": ("not_built", "compile-only: the candidate built no extension, so nothing was compiled or checked"),
+    "input_error": ("task_inputs", "the task's reference program failed to draw its inputs (a problem of the task)"),
+}
+
+
 def _truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -132,6 +139,9 @@ def judge(
             stage=Stage.FORMAT_ERROR, device=None, messages=("a build was refused before compiling",),
             compiler_log=_truncate(run.refused_log, log_chars),
         )  # fmt: skip
+    if run.failure is not None and run.failure[0] in NOT_CANDIDATE_FAILURES:
+        flag, why = NOT_CANDIDATE_FAILURES[run.failure[0]]
+        return base.replace(flags=(flag,), messages=(why,), runtime_log=_truncate(run.failure[1], log_chars))
     if run.failure is not None:
         stage, text = run.failure
         is_compile = stage == "compile_error"

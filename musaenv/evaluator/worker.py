@@ -10,16 +10,16 @@ only, for many requests, in a process no candidate has touched.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from musaenv.evaluator.channel import Channel
+from musaenv.evaluator.compile_drive import drive_builds
+from musaenv.evaluator.failures import CandidateFailure, InputDrawError, format_exc
 from musaenv.evaluator.harness import (
     DrawnInputs,
     ProgramModule,
@@ -33,16 +33,6 @@ from musaenv.evaluator.harness import (
 from musaenv.evaluator.loader_hook import BuildFailedError, install_loader_hook
 from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, output_fingerprint, time_forward
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
-
-TRACEBACK_CHARS = 6000
-
-
-class CandidateFailure(Exception):
-    """Ends a candidate evaluation with a stage and a log."""
-
-    def __init__(self, stage: str, log: str, flags: tuple[str, ...] = ()) -> None:
-        super().__init__(log)
-        self.stage, self.log, self.flags = stage, log, flags
 
 
 def configure_device(req: dict[str, Any]) -> torch.device:
@@ -65,12 +55,6 @@ def _import_torch_musa() -> None:
             "device 'musa' needs torch_musa in the worker: install Moore Threads' torch_musa wheel matching "
             f"torch {torch.__version__} ({e})"
         ) from None
-
-
-def format_exc(exc: BaseException) -> str:
-    """The traceback of ``exc``, truncated to its last TRACEBACK_CHARS characters."""
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return text[-TRACEBACK_CHARS:]
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -120,7 +104,10 @@ def run_trials(
         if k not in models:
             models[k] = program.build_model(model_cls, req["shapes"][k], req["init_seed"], device)
         program.apply_shape(req["shapes"][k])
-        inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
+        try:
+            inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
+        except Exception as e:  # the task's own code: never the candidate's verdict (see _trials_phase)
+            raise InputDrawError(f"drawing the inputs of trial {index + 1} failed:\n{format_exc(e)}") from None
         private = clone_args(inputs) if guarded else inputs
         if probe is not None:
             probe.before_call()
@@ -175,7 +162,10 @@ def run_timing(
     every timed output of a candidate on the same pool)."""
     t = req["timing"]
     program.apply_shape(req["shapes"][0])
-    pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
+    try:
+        pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
+    except Exception as e:
+        raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
     keep = [int(i) for i in t.get("keep", [])]
     with torch.no_grad():
         run = time_forward(
@@ -277,6 +267,8 @@ def _trials_phase(
 ) -> dict[int, Any]:
     try:
         models = run_trials(chan, req, program, model_cls, guard.device, guarded=True, probe=guard, drawn=drawn)
+    except InputDrawError as e:
+        raise CandidateFailure("input_error", str(e)) from None
     except BuildFailedError:
         raise CandidateFailure("compile_error", state.failed[-1]) from None
     except BaseException as e:
@@ -304,6 +296,11 @@ def _timing_phase(
     t = req["timing"]
     try:
         run, pool = run_timing(chan, req, program, model, guard.device, drawn)
+    except InputDrawError as e:
+        raise CandidateFailure("input_error", str(e)) from None
+    except BaseException as e:
+        raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
+    try:
         timed_calls = int(t["warmup"]) + len(run.samples_ms)
         report = guard.finish_timing(model, pool, timed_calls, int(t["flush_bytes"]), int(t["repeats"]))
     except BaseException as e:
@@ -319,13 +316,16 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     except RuntimeError as e:  # the device's runtime is missing here: the harness's problem, not the candidate's
         chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": str(e)}})
         return
-    gpu_draws = device.type == "cuda" and not req.get("compile_only")
-    program = ProgramModule(
-        load_program(req["task_source"], "reference_inputs", "<reference>"), device if gpu_draws else None
-    )
-    # On the CPU every input is drawn now, outside the device slot and before any candidate code runs.
-    drawn = draw_inputs(req, program) if device.type == "cpu" else DrawnInputs.nothing()
-    state = install_loader_hook(chan, backend=req["backend"], compile_only=bool(req.get("compile_only")))
+    compile_only = bool(req.get("compile_only"))
+    gpu_draws = device.type == "cuda" and not compile_only
+    try:  # the task's program, in the candidate's process only to draw inputs: its failure is the task's
+        source = load_program(req["task_source"], "reference_inputs", "<reference>")
+        program = ProgramModule(source, device if gpu_draws else None, device=device)
+    except BaseException as e:
+        log = "the task's reference program failed to load (a problem of the task, not the candidate):\n"
+        chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": log + format_exc(e)}})
+        return
+    state = install_loader_hook(chan, backend=req["backend"], compile_only=compile_only)
     if req["backend"] == "triton" and req["device"] == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
         from musaenv.backends.triton_interp import install_interpreter_guards
 
@@ -336,10 +336,11 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
     chan.send({"type": "stage", "name": "load", "sandbox": sandbox})
     try:
         model_cls = _load_candidate(req, state)
-        if req.get("compile_only"):
-            _instantiate_for_builds(program, req, model_cls, state)
+        if compile_only:  # nothing runs, so no input is drawn (except meta ones: shapes, no data)
+            drive_builds(program, req, model_cls, state)
             chan.send({"type": "result", "builds": state.builds, "compile_only": True})
             return
+        drawn = _draw_phase(chan, req, program, device)
         chan.send({"type": "stage", "name": "trials"})
         _wait_for_go(chan)  # the parent grants the device (on GPUs for the whole run; builds still overlap)
         threads_before = thread_count()
@@ -354,13 +355,17 @@ def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
         chan.send({"type": "result", "builds": state.builds, "failure": {"stage": f.stage, "log": f.log}})
 
 
-def _instantiate_for_builds(program: ProgramModule, req: dict[str, Any], model_cls: Any, state: Any) -> None:
-    """Compile-only: run the constructor so builds made in ``__init__`` are checked too."""
-    program.apply_shape(req["shapes"][0])
-    with contextlib.suppress(BaseException):  # no device here: a constructor that touches it fails after its builds
-        model_cls(*program.init_inputs(req["init_seed"]))
-    if state.failed:
-        raise CandidateFailure("compile_error", state.failed[-1])
+def _draw_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, device: torch.device) -> DrawnInputs:
+    """On the CPU, every input now: after the candidate's module-level builds (a candidate that does not build
+    costs no draw), before the device slot (drawing overlaps other evaluations' timing). GPU tiers draw each input
+    when it is needed, straight on the device. The ``draw`` stage has its own limit: a slow draw is the task's."""
+    if device.type != "cpu":
+        return DrawnInputs.nothing()
+    chan.send({"type": "stage", "name": "draw"})
+    try:
+        return draw_inputs(req, program)
+    except Exception as e:
+        raise CandidateFailure("input_error", f"drawing the task's inputs failed:\n{format_exc(e)}") from None
 
 
 def serve(chan: Channel, role: str) -> int:

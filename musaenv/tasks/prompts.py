@@ -13,7 +13,9 @@ from typing import Any
 
 from musaenv.tasks.task import Task
 
-__all__ = ["OBS_CHARSET", "feedback_message", "feedback_text", "initial_prompt", "sanitize", "turn_prompt"]
+__all__ = [
+    "OBS_CHARSET", "RULES", "feedback_message", "feedback_text", "initial_prompt", "rules", "sanitize", "turn_prompt",
+]  # fmt: skip
 
 OBS_CHARSET = frozenset(string.printable)
 _OUTSIDE_CHARSET = re.compile(r"[^\t\n\r\x0b\x0c\x20-\x7e]")  # the complement of string.printable
@@ -40,13 +42,19 @@ BACKEND_NOTES = {
     "triton": "Write Triton kernels (@triton.jit) and launch them from forward as kernel[grid](...).",
 }
 
-RULES = """Rules (a violation is judged `cheating` and scores -1):
-- ModelNew.forward must compute the output with your own kernels. Only tensor plumbing may use PyTorch:
+_KERNEL_RULE = {
+    "strict": """- ModelNew.forward must compute the output with your own kernels. Only tensor plumbing may use PyTorch:
   allocation (torch.empty/zeros/...), views and reshapes, .contiguous(), copies, casts, reading parameters.
   No torch compute ops (matmul, relu, sum, softmax, conv, ...), no nn modules called in forward, no fallback
-  to PyTorch in try/except, no calls into cuBLAS/cuDNN or at::/torch:: compute inside C++.
-- No exec/eval, no Python threads or processes, no network, no files, no monkeypatching, no reading the
-  environment or the evaluator's state. Do not cache outputs between calls or modify the inputs.
+  to PyTorch in try/except, no calls into cuBLAS/cuDNN or at::/torch:: compute inside C++.""",
+    "kernelbench": """- ModelNew.forward must call your own kernels for the operators you replace; the others may stay
+  in PyTorch (as in KernelBench). No try/except anywhere, and no subclassing of the reference Model.""",
+    "permissive": """- ModelNew.forward must call your own kernels; torch compute beside them is reported, not refused.
+  No fallback to PyTorch in try/except.""",
+    "off": "- Only the rules below are enforced.",
+}
+_COMMON_RULES = """- No exec/eval, no Python threads or processes, no network, no files, no monkeypatching, no reading
+  the environment or the evaluator's state. Do not cache outputs between calls or modify the inputs.
 - In C++: std::thread / std::async joined before returning, at::parallel_for, OpenMP and at::vec::Vectorized
   are fine, but timed calls run pinned to the reference's cores, so extra threads buy nothing. Refused: raw
   thread and process APIs (pthread_create, thrd_create, clone, fork), the CPython C API, BLAS/LAPACK/MKL
@@ -56,6 +64,17 @@ RULES = """Rules (a violation is judged `cheating` and scores -1):
   -l of the C/CUDA runtime libraries. Any other flag or include path is refused as a format_error.
 - Outputs must match the reference within tolerance on fresh random inputs, for several input shapes:
   never hard-code sizes."""
+
+
+def rules(policy: str = "strict") -> str:
+    """The rules shown to the policy (the model) under the verification ``policy`` (docs/verification.md)."""
+    return (
+        f"Rules (verification policy: {policy}; a violation is judged `cheating` and scores -1):\n"
+        f"{_KERNEL_RULE.get(policy, _KERNEL_RULE['strict'])}\n{_COMMON_RULES}"
+    )
+
+
+RULES = rules("strict")
 
 
 def sanitize(text: str) -> str:
@@ -71,8 +90,8 @@ def _shape_line(task: Task, tier: str) -> str:
     return f"Input shapes tested (the first one is timed): {listed}."
 
 
-def initial_prompt(task: Task, backend: str, tier: str) -> str:
-    """Turn-1 observation: task statement, reference program, rules and output format."""
+def initial_prompt(task: Task, backend: str, tier: str, policy: str = "strict") -> str:
+    """Turn-1 observation: task statement, reference program, rules under ``policy`` and output format."""
     shapes = task.shapes_for(tier)
     parts = [
         f"Task {task.id} (level {task.level}): {task.name}.",
@@ -82,7 +101,7 @@ def initial_prompt(task: Task, backend: str, tier: str) -> str:
         BACKEND_NOTES.get(backend, BACKEND_NOTES["cpu"]),
         f"Dtype: {task.dtype}; tolerance atol={task.atol:g}, rtol={task.rtol:g}. {_shape_line(task, tier)}",
         "Reference program:\n```python\n" + task.render_source(shapes[0]).rstrip() + "\n```",
-        RULES,
+        rules(policy),
         "Answer with exactly one fenced python code block containing the complete program (imports, the "
         "load_inline call with your kernel sources, and class ModelNew).",
     ]

@@ -47,7 +47,8 @@ def _words(text: str) -> frozenset[str]:
 
 # --- policies --------------------------------------------------------------------------------------------------
 
-#: Flags whose severity depends on the policy: strict -> error, permissive -> warning, off -> not reported.
+#: Flags whose severity depends on the policy: strict -> error, kernelbench and permissive -> warning, off -> not
+#: reported.
 POLICY_FLAGS = frozenset({"forbidden_torch_op", "library_compute", "vendor_library"})
 #: Flags that are errors under strict and permissive, and not checked under off.
 KERNEL_CONTRACT_FLAGS = frozenset({"no_custom_kernel", "try_except_fallback", "reference_model"})
@@ -56,7 +57,7 @@ KERNEL_CONTRACT_FLAGS = frozenset({"no_custom_kernel", "try_except_fallback", "r
 def policy_severity(flag: str, policy: str) -> str | None:
     """Severity of ``flag`` under ``policy``; ``None`` means "do not report"."""
     if flag in POLICY_FLAGS:
-        return {"strict": "error", "permissive": "warning"}.get(policy)
+        return {"strict": "error", "kernelbench": "warning", "permissive": "warning"}.get(policy)
     if flag in KERNEL_CONTRACT_FLAGS:
         return None if policy == "off" else "error"
     return "error"

@@ -10,11 +10,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from musaenv.config import POLICIES
+
 __all__ = ["BACKENDS", "ERROR", "FLAG_DESCRIPTIONS", "POLICIES", "WARNING", "Finding", "StaticReport", "describe"]
 
 ERROR = "error"
 WARNING = "warning"
-POLICIES = ("strict", "permissive", "off")
 BACKENDS = ("cpu", "cuda", "triton", "musa")
 
 #: Every flag the static checks emit, with what it means (HACKS.md numbers in brackets).

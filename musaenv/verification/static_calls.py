@@ -6,7 +6,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from musaenv.verification import allowlists as al
-from musaenv.verification.static_model import META, TENSOR, UNKNOWN, Program, Val
+from musaenv.verification.static_model import META, TENSOR, UNKNOWN, Program, Val, union
 from musaenv.verification.static_names import is_load_inline_name
 from musaenv.verification.static_safety import qualname_flag
 
@@ -19,6 +19,9 @@ _TENSOR_BUILTINS = frozenset({"abs", "pow", "round", "sum", "max", "min", "divmo
 _META_BUILTINS = frozenset({"len", "int", "float", "bool", "isinstance", "range", "str", "issubclass", "callable",
                             "print", "repr", "format"})  # fmt: skip
 _TENSOR_CLASS = ("torch.Tensor.", "torch._C.TensorBase.", "torch._C._TensorBase.")
+# Builtins that only look at what a value is: a module class named there (isinstance(m, nn.Linear)) is not used.
+_TYPE_TESTS = frozenset({"builtins.isinstance", "builtins.issubclass", "builtins.hasattr", "builtins.callable"})
+_CONTAINER_VIEWS = ("values", "children", "modules")
 
 
 def _const_attr(node: ast.Call) -> str | None:
@@ -38,6 +41,12 @@ def evaluate_call(fa: FunctionAnalyzer, node: ast.Call) -> Val:
         fa.emit("cache", node, f"{q.split('.')[1]}() in forward-reachable code keys data on object identity")
     if q == "builtins.super":
         return Val("super", fa.unit.cls or "")
+    if q in _TYPE_TESTS:  # plumbing: a type test runs no module and no torch op
+        for a in [*node.args, *(k.value for k in node.keywords)]:
+            fa.value(a)
+        return META
+    if q == "builtins.type" and len(node.args) == 1:
+        return _builtin(fa, "type", [fa.value(node.args[0])], node)
     if isinstance(node.func, ast.Subscript):
         base = fa.value(node.func.value)
         fa.value(node.func.slice)
@@ -45,7 +54,10 @@ def evaluate_call(fa: FunctionAnalyzer, node: ast.Call) -> Val:
             _args(fa, node)
             fa.emit("kernel", node, f"{base.ref}[grid]")
             return META
-        func = base if base.kind in ("torch", "nnmod", "fn") else UNKNOWN
+        if base.kind in ("modules", "union"):  # self.layers[i](x): one of the container's modules
+            func = fa.element(base)
+        else:
+            func = base if base.kind in ("torch", "nnmod", "fn") else UNKNOWN
     else:
         func = fa.value(node.func)
     args, kws = _args(fa, node)
@@ -105,8 +117,15 @@ def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], n
         return _method(fa, f, node)
     if k == "nnmod":
         return fa.compute(node, f"call of the nn module {f.ref}")
+    if k in ("modules", "union"):  # a Sequential runs its modules in turn; one of several modules runs one of them
+        results = [_apply(fa, item, args, kws, node) for item in f.items]
+        return TENSOR if any(r.kind == "tensor" for r in results) else union(results)
+    if k == "mmethod":
+        return _container_method(f)
     if k == "nnattr" and f.ref.rsplit(".", 1)[-1] not in al.NN_MODULE_READ_METHODS:
         return fa.compute(node, f"{f.ref}() of an nn module")
+    if k == "unknown":  # a callable the static view cannot name (it may be the kernel): the runtime check decides
+        fa.emit("opaque", node, f"call of {ast.unparse(node.func)}")
     return UNKNOWN
 
 
@@ -149,7 +168,21 @@ def _builtin(fa: FunctionAnalyzer, name: str, args: list[Val], node: ast.Call) -
         return Val("torchok", "torch.Tensor")  # type(x).matmul is torch.Tensor.matmul
     if name in ("list", "tuple") and args:
         return fa.element(args[0])
+    if name in ("enumerate", "zip") and args:
+        elements = [fa.element(a) for a in args]
+        return Val("iter", items=tuple([META, *elements] if name == "enumerate" else elements))
+    if name == "reversed" and args:
+        return args[0]
     return UNKNOWN
+
+
+def _container_method(f: Val) -> Val:
+    """What calling a method of an nn container gives: its modules (``values()``), pairs (``items()``), or plumbing."""
+    if f.ref in _CONTAINER_VIEWS:
+        return Val("modules", items=f.items)
+    if f.ref == "items":
+        return Val("iter", items=(META, union(list(f.items))))
+    return META  # append, extend, insert, __len__, parameters(), ...: building or reading the container
 
 
 def _method(fa: FunctionAnalyzer, f: Val, node: ast.Call) -> Val:

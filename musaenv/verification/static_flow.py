@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass, field
 
 from musaenv.verification.static_calls import evaluate_call
-from musaenv.verification.static_model import META, TENSOR, UNKNOWN, Program, Unit, Val
+from musaenv.verification.static_model import META, TENSOR, UNKNOWN, Program, Unit, Val, union
 from musaenv.verification.static_names import self_attr
 
 __all__ = ["Event", "FunctionAnalyzer", "Summary", "TryInfo"]
@@ -112,6 +112,10 @@ class FunctionAnalyzer:
         """A value used as data: a torch callable passed around is compute at the place it is passed."""
         if v.kind in ("torch", "nnmod"):
             self.compute(node, f"{v.ref} passed as a value")
+        elif v.kind == "modules":  # a container passed on: its modules may be called by whoever receives it
+            for item in v.items:
+                self.consume(item, node)
+            return
         elif v.kind == "fn":
             self.emit("call", node, v.ref, callee=v.ref)
         for item in v.items:
@@ -168,6 +172,8 @@ class FunctionAnalyzer:
             return base
         if base.kind == "seq" and base.items:
             return Val(_join([i.kind for i in base.items]))
+        if base.kind in ("modules", "union"):  # self.layers[i]: one of its modules
+            return self.element(base)
         return UNKNOWN
 
     def _e_BinOp(self, node: ast.BinOp) -> Val:
@@ -250,6 +256,12 @@ class FunctionAnalyzer:
             return v
         if v.kind == "seq" and v.items:
             return Val(_join([i.kind for i in v.items]))
+        if v.kind == "modules":  # for layer in self.layers: each of its modules in turn
+            return union(list(v.items))
+        if v.kind == "union":
+            return union([self.element(i) for i in v.items])
+        if v.kind == "iter":  # enumerate / zip / ModuleDict.items(): tuples of the items' elements
+            return Val("seq", items=v.items)
         return UNKNOWN
 
     def check_key(self, key: ast.AST) -> None:

@@ -14,14 +14,18 @@ from dataclasses import dataclass, field
 from musaenv.verification import allowlists as al
 from musaenv.verification.static_names import FunctionNode, Symbols, self_attr
 
-__all__ = ["META", "TENSOR", "UNKNOWN", "ClassInfo", "Program", "Unit", "Val"]
+__all__ = ["CONTAINERS", "META", "TENSOR", "UNKNOWN", "ClassInfo", "Program", "Unit", "Val", "union"]
 
 
 @dataclass(frozen=True)
 class Val:
     """Abstract value: ``kind`` (tensor, meta, unknown, ext, kernel, fn, cls, obj, self, super, torch, torchok,
-    numpy, lib, builtin, nnmod, nnattr, tmethod, umethod, seq, lambda), a reference (qualified name, unit key,
-    class name, method name) and, for sequences, the items."""
+    numpy, lib, builtin, nnmod, nnattr, tmethod, umethod, seq, lambda, modules, mmethod, union, iter), a reference
+    (qualified name, unit key, class name, method name) and, for sequences, the items.
+
+    ``modules`` is an ``nn`` container (``ModuleList``, ``Sequential``, ``ModuleDict``) holding ``items``; ``union``
+    is one of ``items``, unknown which (an element of a container); ``iter`` yields tuples of ``items``
+    (``enumerate``, ``zip``, ``ModuleDict.items()``)."""
 
     kind: str
     ref: str = ""
@@ -30,10 +34,25 @@ class Val:
 
 TENSOR, META, UNKNOWN = Val("tensor"), Val("meta"), Val("unknown")
 
+
+def union(vals: list[Val]) -> Val:
+    """One of ``vals`` (unknown which): the value itself when they agree, ``unknown`` when there are none."""
+    unique = tuple(dict.fromkeys(vals))
+    if not unique:
+        return UNKNOWN
+    return unique[0] if len(unique) == 1 else Val("union", items=unique)
+
+
 # Lower rank wins when an attribute is assigned several kinds of value (the most suspicious one is kept).
-_RANK = {"cls": 0, "nnmod": 1, "torch": 2, "kernel": 3, "ext": 4, "fn": 5, "obj": 6, "tensor": 7, "meta": 8}
+_RANK = {"cls": 0, "nnmod": 1, "modules": 1, "torch": 2, "kernel": 3, "ext": 4, "fn": 5, "obj": 6, "tensor": 7,
+         "meta": 8}  # fmt: skip
 _PARAM_FUNCS = ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.Buffer")
 _REGISTER = {"register_buffer": "tensor", "register_parameter": "tensor", "add_module": None}
+#: nn containers: calling a Sequential runs its modules in turn; iterating or indexing any of them gives a module.
+CONTAINERS = frozenset(
+    f"torch.nn{mid}.{name}" for mid in ("", ".modules.container") for name in ("ModuleList", "Sequential", "ModuleDict")
+)
+_GROW = ("append", "extend", "insert", "add_module", "update")
 
 
 @dataclass(frozen=True)
@@ -110,6 +129,7 @@ class Program:
     def _add_class(self, name: str, node: ast.ClassDef) -> None:
         info = ClassInfo(name, node, bases=[self.sym.resolve(b) or ast.unparse(b) for b in node.bases])
         self.classes[name] = info
+        self._lists = _local_lists(node)  # what local lists of this class's methods hold (layers.append(...))
         for stmt in node.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name not in self.sym.jit_kernels:
                 key = f"m:{name}.{stmt.name}"
@@ -131,6 +151,37 @@ class Program:
                     self._set_attr(info, t, self.classify(v, t))
         for sub in ast.walk(node):
             self._collect_self_attr(info, sub)
+        for sub in ast.walk(node):  # self.layers.append(Block()) after self.layers = nn.ModuleList()
+            self._grow_container(info, sub)
+
+    def _grow_container(self, info: ClassInfo, node: ast.AST) -> None:
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _GROW):
+            return
+        target = node.func.value
+        attr = self_attr(target)
+        held = info.attrs.get(attr) if attr is not None else None
+        if held is None or held.kind != "modules":
+            return
+        added = [item for a in [*node.args, *(k.value for k in node.keywords)] for item in self._members(a)]
+        info.attrs[attr] = Val("modules", held.ref, held.items + tuple(added))  # type: ignore[index]
+
+    def _members(self, arg: ast.expr) -> list[Val]:
+        """Kinds of the modules an argument of an nn container (or of its ``append``/``extend``) contributes."""
+        if isinstance(arg, ast.Starred):
+            arg = arg.value
+        if isinstance(arg, (ast.List, ast.Tuple, ast.Set)):
+            return [m for e in arg.elts for m in self._members(e)]
+        if isinstance(arg, ast.Dict):
+            return [m for v in arg.values for m in self._members(v)]
+        if isinstance(arg, (ast.ListComp, ast.GeneratorExp, ast.SetComp)):
+            return self._members(arg.elt)
+        if isinstance(arg, ast.DictComp):
+            return self._members(arg.value)
+        if isinstance(arg, ast.Name) and arg.id in self._lists:
+            return [m for e in self._lists[arg.id] for m in self._members(e)]
+        if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr in ("items", "values"):
+            return self._members(arg.func.value)
+        return [self.classify(arg)]
 
     def _collect_self_attr(self, info: ClassInfo, node: ast.AST) -> None:
         if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
@@ -199,6 +250,9 @@ class Program:
             return TENSOR
         if q == "functools.partial" and value.args:
             return self.classify(value.args[0])
+        if q in CONTAINERS:
+            members = [m for a in [*value.args, *(k.value for k in value.keywords)] for m in self._members(a)]
+            return Val("modules", q, tuple(members))
         if q.startswith("torch.nn.") and q.split(".")[-1][:1].isupper():
             return Val("nnmod", q)
         return TENSOR if q.startswith("torch.") else UNKNOWN
@@ -283,6 +337,10 @@ class Program:
             )
         if k == "meta":
             return META
+        if k == "modules":  # a container's method (append, values, items, ...); what calling it gives: static_calls
+            return Val("mmethod", attr, base.items)
+        if k == "union":
+            return union([self.attr_of(item, attr) for item in base.items])
         return META if attr in al.TENSOR_META_ATTRS else Val("umethod", attr)
 
     def _super_attr(self, cls: str, attr: str) -> Val:
@@ -310,3 +368,24 @@ def _class_assigns(stmt: ast.stmt) -> list[tuple[str, ast.expr]]:
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
         return [(stmt.target.id, stmt.value)]
     return []
+
+
+def _local_lists(node: ast.ClassDef) -> dict[str, list[ast.expr]]:
+    """Local list names in a class's methods -> what is put into them (literals, ``append``, ``extend``, ``+=``),
+    so ``nn.Sequential(*layers)`` knows its modules."""
+    out: dict[str, list[ast.expr]] = {}
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Assign) and isinstance(sub.value, (ast.List, ast.ListComp, ast.Tuple)):
+            for t in sub.targets:
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, []).append(sub.value)
+        elif isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name):
+            out.setdefault(sub.target.id, []).append(sub.value)
+        elif (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr in ("append", "extend", "insert")
+            and isinstance(sub.func.value, ast.Name)
+        ):
+            out.setdefault(sub.func.value.id, []).extend(sub.args[-1:])
+    return out

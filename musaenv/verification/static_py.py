@@ -11,7 +11,8 @@ What runs, in order:
    and methods transitively: torch compute (policy-dependent), at least one custom kernel, ``try``/``except``
    fallbacks, use of the reference ``Model``, output caches.
 
-Policies: ``strict`` allows only tensor plumbing in reachable code (MusaCoder, REFERENCES.md); ``permissive``
+Policies: ``strict`` allows only tensor plumbing in reachable code (MusaCoder, REFERENCES.md); ``kernelbench``
+lets some operators stay in PyTorch (warnings) and refuses what KernelBench's own checker refuses; ``permissive``
 reports torch glue as warnings and lists it in ``torch_calls``; ``off`` keeps only the safety bans.
 """
 
@@ -28,7 +29,7 @@ from musaenv.verification.static_flow import Event, FunctionAnalyzer, Summary
 from musaenv.verification.static_model import Program, Unit
 from musaenv.verification.static_names import Symbols, build_symbols
 from musaenv.verification.static_safety import safety_findings
-from musaenv.verification.static_sources import find_builds
+from musaenv.verification.static_sources import BuildSpec, find_builds
 
 __all__ = ["analyze_candidate"]
 
@@ -147,6 +148,7 @@ def _event_findings(prog: Program, summaries: dict[str, Summary], policy: str) -
     out: list[Finding] = []
     advice = {
         "strict": "; only tensor plumbing may run there, so write this computation as a custom kernel",
+        "kernelbench": " (KernelBench lets some operators stay in PyTorch: tolerated under the kernelbench policy)",
         "permissive": " (tolerated as glue under the permissive policy)",
     }.get(policy, "")
     for s in summaries.values():
@@ -210,7 +212,12 @@ def _model_findings(prog: Program, policy: str) -> tuple[list[Finding], list[Eve
     out.extend(_event_findings(prog, summaries, policy))
     if not kernel.get(fwd, False):
         msg = "ModelNew.forward never calls a custom kernel (a load_inline extension function or a Triton launch)"
-        out.append(_policy_finding("no_custom_kernel", policy, msg, prog.units[fwd].node.lineno))
+        line = prog.units[fwd].node.lineno
+        if _closure(summaries, "opaque").get(fwd, False) and policy != "off":  # calls the static view cannot name
+            unsure = f"{msg} that the static view can see; it also calls values it cannot name (left to the runtime "
+            out.append(Finding("no_custom_kernel", WARNING, unsure + "check that a kernel ran: no_kernel_call)", line))
+        else:
+            out.append(_policy_finding("no_custom_kernel", policy, msg, line))
     if policy != "off":
         out.extend(_fallbacks(summaries, compute, kernel))
         if compute.get(fwd, False):
@@ -235,6 +242,24 @@ def _backend_warnings(backend: str, kernels: list[str], kinds: set[str]) -> list
     return [Finding("backend_mismatch", WARNING, problem, None)]
 
 
+def _kernelbench_findings(sym: Symbols, builds: list[BuildSpec], backend: str) -> list[Finding]:
+    """What KernelBench's own static checker refuses and musaenv's other checks do not already refuse.
+
+    KernelBench (``src/kernelbench/kernel_static_checker.py``, ``STRICT_CHECKS`` plus the backend's ``*_impl``)
+    refuses every ``try``/``except`` (``code_bypass``), and for CUDA a program without a ``__global__`` kernel
+    (``cuda_impl``). Its other strict checks (timing patches, threads, tensor subclasses, ``pass`` as inheritance
+    bypass: ``ModelNew(Model)``) are musaenv's safety and contract checks under every policy.
+    """
+    tries = [n for n in sym.nodes if isinstance(n, ast.stmt) and type(n).__name__ in ("Try", "TryStar")]
+    out = [Finding("try_except_fallback", ERROR, f"line {n.lineno}: KernelBench refuses every try/except", n.lineno)
+           for n in tries]  # fmt: skip
+    texts = [src.text for spec in builds for src in spec.sources]
+    if backend == "cuda" and builds and not any("__global__" in t for t in texts):
+        msg = "KernelBench's CUDA check needs a __global__ kernel in the load_inline sources; none was found"
+        out.append(Finding("no_custom_kernel", ERROR, msg, builds[0].line))
+    return out
+
+
 def analyze_candidate(
     source: str, *, policy: str = "strict", backend: str = "cpu", preprocess: bool = True
 ) -> StaticReport:
@@ -242,7 +267,7 @@ def analyze_candidate(
 
     Args:
         source: The candidate's Python source (defines ``class ModelNew``).
-        policy: ``strict``, ``permissive`` or ``off`` (see the module docstring).
+        policy: ``strict``, ``kernelbench``, ``permissive`` or ``off`` (see the module docstring).
         backend: ``cpu``, ``cuda``, ``triton`` or ``musa``; a mismatch between it and the kernels is a warning.
         preprocess: Expand C/C++ macros with ``g++ -E`` before scanning extension sources.
 
@@ -272,6 +297,8 @@ def analyze_candidate(
         for spec in builds:
             findings.extend(check_build(spec, policy, preprocess))
         model_findings, events = _model_findings(Program(sym), policy)
+        if policy == "kernelbench":
+            findings.extend(_kernelbench_findings(sym, builds, backend))
     except RecursionError:
         return StaticReport((Finding("too_complex", ERROR, _TOO_DEEP, None),))
     kernels = list(dict.fromkeys(e.desc for e in events if e.kind == "kernel"))

@@ -28,3 +28,16 @@ def test_usage_errors_exit_nonzero(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["eval", "--task", "l1_relu", "--candidate", str(tmp_path / "missing.py")]) == 2
     assert main(["eval", "--task", "no_such_task", "--candidate", str(tmp_path / "missing.py")]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_eval_policy_is_chosen_and_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    f = tmp_path / "resp.md"
+    f.write_text("```python\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+                 "        return torch.relu(x)\n```")  # fmt: skip
+    args = ["eval", "--task", "l1_relu", "--candidate", str(f), "--backend", "cpu", "--json", "--policy"]
+    for policy in ("strict", "kernelbench"):  # no kernel at all: refused statically under both
+        assert main([*args, policy]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["stage"] == "cheating" and out["policy"] == policy and "no_custom_kernel" in out["flags"], out
+    with pytest.raises(SystemExit):
+        main([*args, "nonsense"])

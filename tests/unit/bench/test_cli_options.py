@@ -29,6 +29,12 @@ def test_flags_set_their_fields_nested_ones_included() -> None:
 
 
 def test_a_new_option_is_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    row = EvalOption("--policy", ("static_policy",), {"default": None, "choices": ["strict", "permissive", "off"]})
+    row = EvalOption("--atol", ("atol",), {"type": float, "default": None})
     monkeypatch.setattr("musaenv.bench.cli.EVAL_OPTIONS", (*EVAL_OPTIONS, row))
-    assert eval_config_from_args(_parse(["--policy", "permissive"])).static_policy == "permissive"
+    assert eval_config_from_args(_parse(["--atol", "0.5"])).atol == 0.5
+
+
+def test_policy_and_reproducible_plans() -> None:
+    cfg = eval_config_from_args(_parse(["--policy", "kernelbench", "--reproducible"]))
+    assert cfg.static_policy == "kernelbench" and cfg.secret_plans is False
+    assert eval_config_from_args(_parse([])).secret_plans is True

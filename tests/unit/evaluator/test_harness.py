@@ -42,3 +42,34 @@ def test_cpu_only_input_code_falls_back_to_the_cpu_for_good():
     first = program.inputs(3)
     assert program.draw_device is None and first[0].device.type == "cpu"
     assert torch.equal(first[0], _program(CPU_ONLY, None).inputs(3)[0])  # same values as a plain CPU draw
+
+
+CUDA_INPUTS = """
+import torch
+n = 8
+def get_inputs():
+    dev = torch.device("cuda")
+    return [torch.randn(n).cuda(), torch.zeros(n, device="cuda"), torch.ones(n).to("cuda:0"), torch.ones(2, device=dev)]
+def get_init_inputs():
+    return [torch.ones(1).cuda()]
+"""
+
+
+def test_cuda_in_reference_code_is_mapped_to_the_evaluation_device():
+    program = ProgramModule(load_program(CUDA_INPUTS, "t", "<t>"), None, device=torch.device("cpu"))
+    inputs = program.inputs(0)
+    assert [t.device.type for t in inputs] == ["cpu"] * 4
+    assert program.init_inputs(0)[0].device.type == "cpu"
+    meta = program.meta_inputs(0)
+    assert [t.device.type for t in meta] == ["meta"] * 4
+
+
+def test_without_a_device_the_reference_code_runs_as_written():
+    program = ProgramModule(load_program(CUDA_INPUTS, "t", "<t>"), None)
+    if not torch.cuda.is_available():
+        try:
+            program.inputs(0)
+        except (AssertionError, RuntimeError) as e:  # CPU torch: "Torch not compiled with CUDA enabled"
+            assert "CUDA" in str(e)
+        else:
+            raise AssertionError("a CPU torch drew CUDA tensors")

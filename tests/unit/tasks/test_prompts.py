@@ -25,3 +25,11 @@ def test_feedback_is_truncated_to_budget():
 def test_turn_prompt_keeps_history():
     text = turn_prompt("FIRST", [("resp1", "fb1"), ("resp2", "fb2")])
     assert text.index("resp1") < text.index("fb1") < text.index("resp2") < text.index("fb2")
+
+
+def test_the_policy_is_named_in_the_prompt_and_changes_the_kernel_rule():
+    task = get_task("l1_relu")
+    strict, kb = initial_prompt(task, "cuda", "gpu"), initial_prompt(task, "cuda", "gpu", "kernelbench")
+    assert "verification policy: strict" in strict and "No torch compute ops" in strict
+    assert "verification policy: kernelbench" in kb and "may stay" in kb and "No torch compute ops" not in kb
+    assert set(kb) <= OBS_CHARSET
