@@ -15,11 +15,12 @@ from musaenv.config import EvalConfig
 from musaenv.evaluator import forkserver
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.forkserver import ForkServer
-from musaenv.evaluator.plan import EvalPlan, make_plan
+from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.evaluator.process import worker_env as process_env
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService
 from musaenv.evaluator.verdict import judge
+from musaenv.tasks.external import check_memory
 from musaenv.tasks.parsing import extract_candidate
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
@@ -167,6 +168,9 @@ class LocalEvaluator:
         static = self._static(ext.code)
         if isinstance(static, EvalResult):
             return static.replace(task_id=task.id, backend=self.backend.name)
+        # Memory guard (a usage error, before anything is drawn): derived tasks know their bytes per call.
+        sets = self.config.num_trials + (plan_pool(self.config) if self.backend.device == "cpu" else 1)
+        check_memory(task, self.tier, self.config.sandbox.address_space_mb, sets)
         plan = make_plan(task, self.tier, self.config, seed)
         timing = self._timing_request(plan)
         if not self.backend.compile_only:

@@ -11,7 +11,7 @@ import numpy as np
 from musaenv.config import EvalConfig
 from musaenv.tasks.task import Shape, Task
 
-__all__ = ["EvalPlan", "make_plan"]
+__all__ = ["EvalPlan", "make_plan", "plan_pool"]
 
 RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
 # Further timed calls, picked after the run, whose output fingerprints are checked: TimingConfig.probes (4), the
@@ -61,6 +61,11 @@ class EvalPlan:
         return [{"shape_index": k, "seed": s} for k, s in list(self.trials) + (extra or [])]
 
 
+def plan_pool(config: EvalConfig) -> int:
+    """Distinct timing inputs of an evaluation (at most 16: enough to defeat caching one output)."""
+    return max(1, min(config.timing.repeats, 16))
+
+
 def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
     """Draw an evaluation plan from ``seed`` (via :class:`numpy.random.SeedSequence`)."""
     shapes = task.shapes_for(tier)
@@ -69,7 +74,7 @@ def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
     # Round-robin over shapes so every shape gets a trial when num_trials >= len(shapes).
     trials = tuple((i % len(shapes), draws[i]) for i in range(config.num_trials))
     timing = config.timing
-    pool = max(1, min(timing.repeats, 16))
+    pool = plan_pool(config)
     span = max(1, min(timing.repeats, 10))
     keep = tuple(sorted({int(x) for x in rng.choice(span, size=min(RECHECK_CALLS, span), replace=False)}))
     probe_seed = int(rng.integers(0, 2**31 - 1))

@@ -1,0 +1,374 @@
+"""Derive the shapes of any KernelBench-format file: a scaled-down ``cpu`` tier and odd sizes per tier. No torch.
+
+Rules (docs/tasks.md has the measured numbers behind the defaults):
+
+* **Variables** are the module-level integer constants of at least 2 (:mod:`musaenv.tasks.constants`). Those of
+  at least :data:`LARGE` are *sizes* that scaling shrinks; smaller ones (kernel sizes, strides, heads, small
+  channel counts) keep their values when scaling and are only nudged to an odd neighbour for the odd shape.
+* **gpu tier**: the file's own sizes first (``{}``), then an *odd* shape: every variable moved to an odd value
+  near 3/4 of it. Validated on the ``meta`` device (shapes, bytes, FLOPs; nothing allocated) and for real too
+  when small enough to run here.
+* **cpu tier**: the sizes scaled by one common factor (ratios kept; each value keeps the file's alignment to
+  16) until inputs + outputs + parameters fit :attr:`ShapeConfig.cpu_bytes` (meta) and the reference forward
+  fits :attr:`ShapeConfig.cpu_forward_ms` on one core (measured for real), then an odd shape derived from it and
+  run for real as well.
+* **Coupled constants** (channels divisible by groups, heads dividing the embedding, a kernel no larger than its
+  input) are found by validation: when the all-odd shape is rejected, variables are changed one at a time, each
+  through a ladder of candidates (odd values first, then 3, 5, 7 times an odd value, then 2, 4, ... 32 times one),
+  keeping the first the reference accepts *and* that changes the shapes of its inputs, outputs or parameters.
+* A tier left with one shape gets the warning ``single_shape`` (with the reason in :attr:`Derivation.notes`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from musaenv.config import _Config, _require
+from musaenv.tasks.constants import Constants, Slot, read_constants
+from musaenv.tasks.probe import ProbeClient
+
+__all__ = ["Derivation", "ShapeConfig", "derive_shapes"]
+
+log = logging.getLogger(__name__)
+
+LARGE = 16  # below this a constant is a hyper-parameter (kernel 3, stride 2, 8 heads), not a size to scale
+STEPS = 3  # scale factors 2^(-k/3): bytes of a 4-d input change by 2.5x per step, so the fit is within that
+MIN_SCALED = 2  # scaling stops here; the reference's own checks (a kernel larger than its input) stop it earlier
+PEAK_FLOPS = 2e11  # one core's optimistic fp32 peak: a forward counted above budget * this is never run for real
+REAL_FLOPS = 5e9  # a gpu-tier odd shape is also run for real here when it counts at most this (about 0.1-1 s)
+_LADDER = (1, 3, 5, 7, 2, 4, 8, 16, 32)  # odd values first; then the least power-of-two factor the program needs
+
+
+@dataclass(frozen=True)
+class ShapeConfig(_Config):
+    """Budgets and limits of shape derivation.
+
+    Attributes:
+        cpu_bytes: Inputs + outputs + parameters of one reference forward at a cpu-tier shape (meta-measured).
+            The built-in cpu tier peaks at 34 MB (l1_matmul); 64 MiB leaves room without slowing the draws.
+        cpu_forward_ms: Reference forward time on one core at the cpu tier's timing shape (fastest of
+            ``repeats`` after a warm-up). The built-in cpu tier is sized to about 20 ms or less.
+        repeats: Timed forwards per real check.
+        check_timeout_s: Wall-clock limit of one check (meta or real) in the probe worker.
+        file_timeout_s: Budget of a whole file; what is not derived by then keeps fewer shapes (and says so).
+        probe_memory_mb: Address-space limit of the probe worker.
+        real_limit_bytes: gpu-tier odd shapes are also run for real when inputs + parameters are at most this.
+    """
+
+    cpu_bytes: int = 64 << 20
+    cpu_forward_ms: float = 20.0
+    repeats: int = 2
+    check_timeout_s: float = 10.0
+    file_timeout_s: float = 60.0
+    probe_memory_mb: int = 8192
+    real_limit_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        n = type(self).__name__
+        _require(self.cpu_bytes >= 1 << 16, n, "cpu_bytes >= 65536", self.cpu_bytes, "e.g. 64 << 20.")
+        _require(self.cpu_forward_ms > 0, n, "cpu_forward_ms > 0", self.cpu_forward_ms, "e.g. 20.")
+        _require(self.repeats >= 1, n, "repeats >= 1", self.repeats, "")
+        for name in ("check_timeout_s", "file_timeout_s"):
+            _require(getattr(self, name) > 0, n, f"{name} > 0", getattr(self, name), "Give seconds.")
+
+
+@dataclass
+class Derivation:
+    """What derivation found for one file.
+
+    Attributes:
+        shapes: Tier -> shapes (the first is the timing shape).
+        info: Tier -> per shape: ``input_bytes``, ``output_bytes``, ``state_bytes``, ``flops``, ``forward_ms``
+            (``None`` when not run for real) and ``validated`` (``meta`` or ``real``).
+        warnings: Flags (``single_shape``, ``no_cpu_tier``, ``not_derived``).
+        notes: Why, in sentences.
+        seconds: Wall time of the derivation.
+    """
+
+    shapes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    info: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (what the cache stores)."""
+        return {k: getattr(self, k) for k in ("shapes", "info", "warnings", "notes", "seconds")}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Derivation:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{k: d[k] for k in ("shapes", "info", "warnings", "notes", "seconds")})
+
+
+def _signature(reply: dict[str, Any]) -> str:
+    return json.dumps([reply.get("inputs"), reply.get("outputs"), reply.get("state")])
+
+
+def _bytes(reply: dict[str, Any]) -> int:
+    return int(reply.get("input_bytes", 0)) + int(reply.get("output_bytes", 0)) + int(reply.get("state_bytes", 0))
+
+
+def _info(reply: dict[str, Any]) -> dict[str, Any]:
+    keys = ("input_bytes", "output_bytes", "state_bytes", "flops", "forward_ms", "validated")
+    return {k: reply.get(k) for k in keys}
+
+
+def _odd_near(x: float) -> int:
+    n = max(1, int(round(x)))
+    return n if n % 2 else max(1, n - 1)
+
+
+def ladder(value: int) -> list[int]:
+    """Candidate values of a variable for an odd shape, best first (see the module docstring)."""
+    if value >= LARGE:
+        target = 0.75 * value
+        out = [m * _odd_near(target / m) for m in _LADDER]
+        out += [_odd_near(target) - 2, _odd_near(target) + 2]
+    elif value >= 4 and value % 2 == 0:
+        out = [value - 1, value + 1]
+    else:
+        out = []
+    seen: list[int] = []
+    for v in out:
+        if v >= 1 and v != value and v not in seen:
+            seen.append(v)
+    return seen
+
+
+def _scaled(value: int, factor: float) -> int:
+    """``value * factor``, at least ``min(value, LARGE)``, aligned like the file's value (to at most 16)."""
+    if factor >= 1.0:
+        return value
+    x = max(MIN_SCALED, round(value * factor))
+    align = math.gcd(value, 16)
+    while align > 1 and x < 8 * align:  # relative rounding: 40 stays 40 rather than jumping to 32 or 48
+        align //= 2
+    return min(value, max(align, round(x / align) * align))
+
+
+class _Deriver:
+    """One file's derivation (state shared by the steps below)."""
+
+    def __init__(self, source: str, config: ShapeConfig, client: ProbeClient) -> None:
+        self.source, self.config, self.client = source, config, client
+        self.consts: Constants = read_constants(source)
+        self.deadline = time.monotonic() + config.file_timeout_s
+        self.result = Derivation()
+        self._memo: dict[tuple[str, bool], dict[str, Any]] = {}
+
+    def probe(self, values: dict[Slot, int], real: bool) -> dict[str, Any]:
+        shape = self.consts.shape(values)
+        key = (json.dumps(shape, sort_keys=True), real)
+        if key not in self._memo:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                return {"ok": False, "kind": "timeout", "error": "the file's derivation budget is spent"}
+            limit = min(self.config.check_timeout_s, left)
+            self._memo[key] = self.client.check(
+                self.source, shape, real=real, limit_s=limit, repeats=self.config.repeats,
+                max_real_bytes=max(self.config.real_limit_bytes, self.config.cpu_bytes),
+            )  # fmt: skip
+            self._memo[key]["shape"] = shape
+        return self._memo[key]
+
+    def fits_cpu(self, reply: dict[str, Any]) -> bool:
+        flops_ok = int(reply.get("flops") or 0) <= self.config.cpu_forward_ms * 1e-3 * PEAK_FLOPS
+        return bool(reply.get("ok")) and _bytes(reply) <= self.config.cpu_bytes and flops_ok
+
+    def consistent(self, reply: dict[str, Any]) -> bool:
+        """The program shown for the shape (its constants rewritten) has the sizes the harness's overrides give."""
+        from musaenv.tasks.constants import render
+
+        if not reply["shape"]:
+            return True
+        shown = self.client.check(
+            render(self.source, reply["shape"]), {}, real=False, limit_s=self.config.check_timeout_s, fresh=True
+        )
+        return bool(shown.get("ok")) and _signature(shown) == _signature(reply)
+
+    def odd_variant(self, base: dict[Slot, int], base_reply: dict[str, Any], cpu: bool) -> dict[str, Any] | None:
+        """The odd shape next to ``base`` (accepted by the reference, with other sizes), or ``None``."""
+        slots = [s for s in self.consts.slots if ladder(base[s])]
+        if not slots:
+            return None
+        base_sig = _signature(base_reply)
+
+        def good(r: dict[str, Any]) -> bool:
+            small = self.fits_cpu(r) if cpu else r.get("ok") and _bytes(r) <= _bytes(base_reply)
+            return bool(small) and _signature(r) != base_sig
+
+        every = {**base, **{s: ladder(base[s])[0] for s in slots}}
+        reply = self.probe(every, real=False)
+        if not good(reply):
+            current, sig = dict(base), base_sig
+            for slot in sorted(slots, key=lambda s: -base[s]):
+                for cand in ladder(base[slot]):
+                    r = self.probe({**current, slot: cand}, real=False)
+                    if r.get("ok") and good(r) and _signature(r) != sig:
+                        current[slot], sig = cand, _signature(r)
+                        break
+            reply = self.probe(current, real=False)
+            if not good(reply):
+                return None
+            every = current
+        small = _bytes(reply) - int(reply.get("output_bytes", 0)) <= self.config.real_limit_bytes
+        real = cpu or (small and int(reply.get("flops") or 0) <= REAL_FLOPS)
+        if real:
+            reply = self.probe(every, real=True)
+            if not reply.get("ok") or (cpu and not self._fast(reply)):
+                self.result.notes.append(f"odd shape {reply['shape']} failed when run: {reply.get('error', 'slow')}")
+                return None
+        return reply if self.consistent(reply) else None
+
+    def _fast(self, reply: dict[str, Any]) -> bool:
+        ms = reply.get("forward_ms")
+        return ms is not None and float(ms) <= self.config.cpu_forward_ms
+
+    # ---- cpu tier: one common factor f = 2^(-k/STEPS) for every size, ratios kept -----------------------------------
+
+    def scaled(self, k: int) -> dict[Slot, int]:
+        factor = 2.0 ** (-k / STEPS)
+        return {s: (_scaled(s.value, factor) if s.value >= LARGE else s.value) for s in self.consts.slots}
+
+    def _k_max(self) -> int:
+        large = [s.value for s in self.consts.slots if s.value >= LARGE]
+        return math.ceil(STEPS * math.log2(max(large) / MIN_SCALED)) if large else 0
+
+    def _status(self, k: int) -> str:
+        """``fit`` (accepted, within the byte budget), ``big`` (accepted, over it) or ``reject``."""
+        r = self.probe(self.scaled(k), real=False)
+        if not r.get("ok"):
+            return "reject"
+        return "fit" if self.fits_cpu(r) else "big"
+
+    def _fit_memory(self, k: int, k_max: int) -> int | None:
+        """The largest sizes (smallest k) whose meta run is accepted and fits the byte budget, searched from ``k``.
+
+        Too big: shrink until it fits. Rejected (too small for a coupled constant, e.g. channels below the group
+        count): grow until accepted. Then grow further past rejections (an alignment may clash with a coupling)
+        until the budget is exceeded, keeping the largest that fits.
+        """
+        status = self._status(k)
+        while status == "big" and k < k_max:
+            k += 1
+            status = self._status(k)
+        while status == "reject" and k > 0:
+            k -= 1
+            status = self._status(k)
+        if status != "fit":
+            return None
+        best = k
+        for j in range(k - 1, -1, -1):
+            status = self._status(j)
+            if status == "big":
+                break
+            if status == "fit":
+                best = j
+        return best
+
+    def cpu_timing_shape(self, file_reply: dict[str, Any]) -> tuple[dict[str, Any], dict[Slot, int]] | None:
+        """The largest scaled shape within both cpu budgets, run for real, and its values (``None``: none found)."""
+        k_max = self._k_max()
+        over = _bytes(file_reply) / self.config.cpu_bytes if file_reply.get("ok") else 1.0
+        # Bytes of two scaled dimensions fall by 2^(2/STEPS) per step: the first guess; _fit_memory corrects it.
+        k = self._fit_memory(min(k_max, max(0, math.ceil(STEPS / 2 * math.log2(max(over, 1.0))))), k_max)
+        if k is None:
+            last = self.probe(self.scaled(k_max), real=False)
+            why = last.get("error") or f"{_bytes(last):,} bytes, {int(last.get('flops') or 0):,} FLOPs at the smallest"
+            self.result.notes.append(f"cpu tier: no scaled shape fits {self.config.cpu_bytes:,} bytes ({why})")
+            return None
+        last: dict[str, Any] = {}
+        slow = k - 1
+        while k <= k_max:
+            last = self.probe(self.scaled(k), real=True)
+            if last.get("ok") and self._fast(last):
+                k = self._back_up(slow, k)
+                last = self.probe(self.scaled(k), real=True)
+                return (last, self.scaled(k)) if self.consistent(last) else self._note_inconsistent(last)
+            slow = k
+            ms = last.get("forward_ms")
+            # Time falls at least as fast as f^3 (a matmul; convolutions faster): never overshoots a 3-d problem.
+            step = math.ceil(STEPS / 3 * math.log2(float(ms) / self.config.cpu_forward_ms)) if ms else 1
+            k += max(1, step)
+        why = last.get("error") or f"{float(last.get('forward_ms') or 0):.1f} ms at the smallest sizes"
+        self.result.notes.append(f"cpu tier: no shape within {self.config.cpu_forward_ms:g} ms on one core ({why})")
+        return None
+
+    def _back_up(self, slow: int, fast: int) -> int:
+        """After a jump past the time budget, the largest sizes between the last slow k and ``fast`` that are fast.
+
+        Reference kernels are not smooth in size (a depthwise convolution took 140, 49 and 1.3 ms at three
+        consecutive steps here), so the jump's estimate may overshoot.
+        """
+        for j in range(slow + 1, fast):
+            r = self.probe(self.scaled(j), real=True)
+            if r.get("ok") and self._fast(r) and self.fits_cpu(r):
+                return j
+        return fast
+
+    def _note_inconsistent(self, reply: dict[str, Any]) -> None:
+        self.result.notes.append(
+            f"shape {reply['shape']}: the program as shown (constants rewritten) has other sizes than the overrides "
+            "give (a constant captured at definition time, e.g. a default argument); not used"
+        )
+
+    # ---- the whole file --------------------------------------------------------------------------------------------
+
+    def tier(self, name: str, first: dict[str, Any], base: dict[Slot, int]) -> None:
+        shapes, info = [first["shape"]], [_info(first)]
+        odd = self.odd_variant(base, first, cpu=name == "cpu")
+        if odd is not None:
+            shapes.append(odd["shape"])
+            info.append(_info(odd))
+        else:
+            self.result.notes.append(f"{name} tier: {self._why_single()}")
+            if "single_shape" not in self.result.warnings:
+                self.result.warnings.append("single_shape")
+        self.result.shapes[name], self.result.info[name] = shapes, info
+
+    def _why_single(self) -> str:
+        if not self.consts.slots:
+            return "no module-level integer size constant to vary (sizes written inside get_inputs?)"
+        return "no odd variant of the constants was accepted by the reference with other input/output/parameter sizes"
+
+    def run(self) -> Derivation:
+        start = time.monotonic()
+        defaults = {s: s.value for s in self.consts.slots}
+        file_reply = self.probe(defaults, real=False)
+        if not file_reply.get("ok") and file_reply.get("kind") in ("load", "worker", "reject"):
+            self.result.warnings.append("not_derived")
+            self.result.notes.append(f"the reference does not run at the file's sizes: {file_reply.get('error')}")
+            self.result.shapes = {"cpu": [{}], "gpu": [{}]}
+        else:
+            self.tier("gpu", file_reply, defaults)
+            cpu_first = self.cpu_timing_shape(file_reply)
+            if cpu_first is None:
+                self.result.warnings.append("no_cpu_tier")
+            else:
+                self.tier("cpu", *cpu_first)
+        self.result.seconds = time.monotonic() - start
+        return self.result
+
+
+def derive_shapes(source: str, config: ShapeConfig | None = None, client: ProbeClient | None = None) -> Derivation:
+    """Derive the tiers of one KernelBench-format program (runs it in a probe worker; see the module docstring).
+
+    Args:
+        source: The program (valid Python with Model, get_inputs, get_init_inputs).
+        config: Budgets; defaults to :class:`ShapeConfig`.
+        client: A probe worker to reuse across files (one is started and stopped here otherwise).
+    """
+    cfg = config or ShapeConfig()
+    own = client is None
+    probe = client or ProbeClient(cfg.probe_memory_mb)
+    try:
+        return _Deriver(source, cfg, probe).run()
+    finally:
+        if own:
+            probe.close()
