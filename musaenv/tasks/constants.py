@@ -155,7 +155,15 @@ def _assignments(tree: ast.Module) -> list[tuple[str, ast.expr]]:
     """(name, value node) of every top-level assignment, with tuple targets split element by element."""
     out: list[tuple[str, ast.expr]] = []
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        if isinstance(node, ast.Assign) and len(node.targets) > 1:
+            # ``height = width = 256``: the first name holds the value, the others follow it (one statement
+            # cannot show two values, so the program shown stays consistent)
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            if len(names) == len(node.targets):
+                out.append((names[0], node.value))
+                out.extend((n, ast.Name(id=names[0], ctx=ast.Load())) for n in names[1:])
+            continue
+        if isinstance(node, ast.Assign):
             target, value = node.targets[0], node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             target, value = node.target, node.value
