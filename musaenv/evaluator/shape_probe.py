@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from musaenv.evaluator.harness import ProgramModule, flatten_outputs, load_program, seed_all
+from musaenv.evaluator.harness import ProgramModule, flatten_outputs, load_program
 
 __all__ = ["main"]
 

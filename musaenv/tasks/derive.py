@@ -9,7 +9,7 @@ Rules (docs/tasks.md has the measured numbers behind the defaults):
   near 3/4 of it. Validated on the ``meta`` device (shapes, bytes, FLOPs; nothing allocated) and for real too
   when small enough to run here.
 * **cpu tier**: the sizes scaled by one common factor (ratios kept; each value keeps the file's alignment to
-  16) until inputs + outputs + parameters fit :attr:`ShapeConfig.cpu_bytes` (meta) and the reference forward
+  16) until inputs + outputs fit :attr:`ShapeConfig.cpu_bytes` (meta) and the reference forward
   fits :attr:`ShapeConfig.cpu_forward_ms` on one core (measured for real), then an odd shape derived from it and
   run for real as well.
 * **Coupled constants** (channels divisible by groups, heads dividing the embedding, a kernel no larger than its
@@ -52,7 +52,8 @@ class ShapeConfig(_Config):
     """Budgets and limits of shape derivation.
 
     Attributes:
-        cpu_bytes: Inputs + outputs + parameters of one reference forward at a cpu-tier shape (meta-measured).
+        cpu_bytes: Inputs + outputs of one reference forward at a cpu-tier shape (meta-measured; parameters are
+            counted by the memory guard, not here).
             The built-in cpu tier peaks at 34 MB (l1_matmul); 64 MiB leaves room without slowing the draws.
         cpu_forward_ms: Reference forward time on one core at the cpu tier's timing shape (fastest of
             ``repeats`` after a warm-up). The built-in cpu tier is sized to about 20 ms or less.
@@ -114,7 +115,9 @@ def _signature(reply: dict[str, Any]) -> str:
 
 
 def _bytes(reply: dict[str, Any]) -> int:
-    return int(reply.get("input_bytes", 0)) + int(reply.get("output_bytes", 0)) + int(reply.get("state_bytes", 0))
+    """Inputs + outputs of one call: what the cpu budget bounds (parameters are reported, not budgeted: a
+    network's widths are often written inside the model, e.g. ResNet-101's 170 MB of weights)."""
+    return int(reply.get("input_bytes", 0)) + int(reply.get("output_bytes", 0))
 
 
 def _info(reply: dict[str, Any]) -> dict[str, Any]:
@@ -123,7 +126,7 @@ def _info(reply: dict[str, Any]) -> dict[str, Any]:
 
 
 def _odd_near(x: float) -> int:
-    n = max(1, int(round(x)))
+    n = max(1, round(x))
     return n if n % 2 else max(1, n - 1)
 
 
@@ -295,8 +298,8 @@ class _Deriver:
         # Bytes of two scaled dimensions fall by 2^(2/STEPS) per step: the first guess; _fit_memory corrects it.
         k = self._fit_memory(min(k_max, max(0, math.ceil(STEPS / 2 * math.log2(max(over, 1.0))))), k_max)
         if k is None:
-            last = self.probe(self.scaled(k_max), real=False)
-            why = last.get("error") or f"{_bytes(last):,} bytes, {int(last.get('flops') or 0):,} FLOPs at the smallest"
+            tiny = self.probe(self.scaled(k_max), real=False)
+            why = tiny.get("error") or f"{_bytes(tiny):,} bytes, {int(tiny.get('flops') or 0):,} FLOPs at the smallest"
             self.result.notes.append(f"cpu tier: no scaled shape fits {self.config.cpu_bytes:,} bytes ({why})")
             return None
         last: dict[str, Any] = {}
@@ -306,7 +309,10 @@ class _Deriver:
             if last.get("ok") and self._fast(last):
                 k = self._back_up(slow, k)
                 last = self.probe(self.scaled(k), real=True)
-                return (last, self.scaled(k)) if self.consistent(last) else self._note_inconsistent(last)
+                if self.consistent(last):
+                    return last, self.scaled(k)
+                self._note_inconsistent(last)
+                return None
             slow = k
             ms = last.get("forward_ms")
             # Time falls at least as fast as f^3 (a matmul; convolutions faster): never overshoots a 3-d problem.

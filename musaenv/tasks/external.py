@@ -91,8 +91,9 @@ def _apply(task: Task, d: Derivation) -> Task:
     shapes = {tier: tuple(consts.normalise(s) for s in ss) for tier, ss in d.shapes.items() if ss}
     footprint = {
         tier: tuple(
-            None if i.get("input_bytes") is None else int(i["input_bytes"] + (i["output_bytes"] or 0))
-            + int(i.get("state_bytes") or 0)
+            None
+            if i.get("input_bytes") is None
+            else int(i["input_bytes"] + (i["output_bytes"] or 0)) + int(i.get("state_bytes") or 0)
             for i in infos
         )
         for tier, infos in d.info.items()

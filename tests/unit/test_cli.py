@@ -28,3 +28,18 @@ def test_usage_errors_exit_nonzero(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["eval", "--task", "l1_relu", "--candidate", str(tmp_path / "missing.py")]) == 2
     assert main(["eval", "--task", "no_such_task", "--candidate", str(tmp_path / "missing.py")]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_tasks_dir_json_lists_derived_shapes_and_warnings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MUSAENV_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    src = Path(__file__).parents[1] / "data" / "tasks" / "row_offset.py"
+    (tmp_path / "kb" / "level1" / "row_offset.py").write_text(src.read_text())
+    assert main(["tasks", "--dir", str(tmp_path / "kb"), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert {"id", "level", "dtype", "shapes", "warnings"} <= set(row)
+    assert (row["id"], row["level"], row["dtype"], row["warnings"]) == ("level1/row_offset", 1, "float32", [])
+    assert len(row["shapes"]["cpu"]) == 2 and row["shapes"]["gpu"][0] == {}
+    assert all(isinstance(s, dict) for tier in row["shapes"].values() for s in tier)

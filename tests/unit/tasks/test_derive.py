@@ -15,7 +15,9 @@ from musaenv.tasks.task import load_task_file
 
 HEAD = "import torch\nimport torch.nn as nn\n\n"
 
-ELEMENTWISE = HEAD + """
+ELEMENTWISE = (
+    HEAD
+    + """
 class Model(nn.Module):
     def forward(self, x):
         return torch.relu(x) - x[:, :1]
@@ -29,8 +31,11 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+)
 
-GROUPED = HEAD + """
+GROUPED = (
+    HEAD
+    + """
 class Model(nn.Module):
     def __init__(self, channels, groups):
         super().__init__()
@@ -51,8 +56,11 @@ def get_inputs():
 def get_init_inputs():
     return [channels, groups]
 """
+)
 
-ATTENTION = HEAD + """
+ATTENTION = (
+    HEAD
+    + """
 class Model(nn.Module):
     def __init__(self, embed, heads):
         super().__init__()
@@ -72,8 +80,11 @@ def get_inputs():
 def get_init_inputs():
     return [embed, heads]
 """
+)
 
-FIXED = HEAD + """
+FIXED = (
+    HEAD
+    + """
 class Model(nn.Module):
     def forward(self, x):
         return x * 2
@@ -84,8 +95,11 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+)
 
-EVEN_ONLY = HEAD + """
+EVEN_ONLY = (
+    HEAD
+    + """
 class Model(nn.Module):
     def forward(self, x):
         if x.shape[1] % 2:
@@ -101,6 +115,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 """
+)
 
 
 @pytest.fixture(scope="module")
