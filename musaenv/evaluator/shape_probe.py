@@ -34,11 +34,32 @@ from musaenv.evaluator.harness import ProgramModule, flatten_outputs, load_progr
 
 __all__ = ["main"]
 
+META_LIMIT_S = 1.0  # default of a request's meta_limit_s (musaenv.tasks.derive.META_LIMIT_S says why)
 _META_HINTS = ("meta", "data-dependent", "not implemented for", "NotImplementedError", "item()")
 
 
 class _Timeout(Exception):
     pass
+
+
+class _MetaSlow(Exception):
+    """The meta-device forward took too long (e.g. a recurrent layer decomposed step by step in Python)."""
+
+
+@contextmanager
+def _cpu_alarm(limit_s: float) -> Iterator[None]:
+    """Interrupt CPU-bound Python after ``limit_s`` of process CPU time (``ITIMER_VIRTUAL``, beside the wall alarm)."""
+
+    def fire(signum: int, frame: Any) -> None:
+        raise _MetaSlow(f"the meta-device forward took over {limit_s:g} s")
+
+    old = signal.signal(signal.SIGVTALRM, fire)
+    signal.setitimer(signal.ITIMER_VIRTUAL, max(0.001, limit_s))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, old)
 
 
 @contextmanager
@@ -69,7 +90,7 @@ def _describe(values: list[Any]) -> tuple[list[list[Any]], int]:
 def _stage(name: str, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
-    except _Timeout:
+    except (_Timeout, _MetaSlow):
         raise
     except Exception as e:
         raise _StageError(name, e) from None
@@ -81,7 +102,7 @@ class _StageError(Exception):
         super().__init__(f"{stage}: {type(error).__name__}: {str(error)[:300]}")
 
 
-def _meta(program: ProgramModule, shape: dict[str, Any], out: dict[str, Any]) -> None:
+def _meta(program: ProgramModule, shape: dict[str, Any], out: dict[str, Any], meta_limit_s: float) -> None:
     """Build, draw and run on the meta device, filling ``out`` as it goes: sizes and bytes, nothing allocated."""
     program.apply_shape(shape)
     mod = program.module
@@ -93,7 +114,7 @@ def _meta(program: ProgramModule, shape: dict[str, Any], out: dict[str, Any]) ->
         inputs = _stage("get_inputs", lambda: list(mod.get_inputs()))
         out["inputs"], out["input_bytes"] = _describe(inputs)
         out["state"] = state
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False) as counter, _cpu_alarm(meta_limit_s):
             result = _stage("forward", model, *inputs)
         out["outputs"], out["output_bytes"] = _describe(flatten_outputs(result))
         out["flops"] = int(counter.get_total_flops())
@@ -130,8 +151,12 @@ def check(program: ProgramModule, req: dict[str, Any]) -> dict[str, Any]:
     try:
         with _alarm(float(req.get("limit_s", 10.0))):
             try:
-                _meta(program, shape, reply)
+                _meta(program, shape, reply, float(req.get("meta_limit_s", META_LIMIT_S)))
                 reply["validated"] = "meta"
+            except _MetaSlow as e:  # outputs unknown; a real run (when asked for, and small enough) measures them
+                if not req.get("real"):
+                    return {**reply, "error": str(e), "kind": "meta_slow"}
+                reply["meta_unsupported"] = str(e)
             except _StageError as e:
                 if not _looks_meta_only(e) or "input_bytes" not in reply:
                     return {**reply, "error": str(e), "kind": "reject"}
