@@ -179,7 +179,9 @@ def _build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true", help="machine-readable output")
     t.add_argument("--level", type=int, choices=[1, 2, 3, 4], default=None)
     t.add_argument("--dir", default=None, help="a folder of KernelBench-format files: derive and list their shapes")
-    t.add_argument("--cpu-mb", type=float, default=None, help="--dir: cpu-tier inputs + outputs per call, MiB (default 32)")
+    t.add_argument(
+        "--cpu-mb", type=float, default=None, help="--dir: cpu-tier inputs + outputs per call, MiB (default 32)"
+    )
     t.add_argument("--cpu-ms", type=float, default=None, help="--dir: cpu-tier reference forward, ms (default 20)")
     t.set_defaults(func=_cmd_tasks)
     e = sub.add_parser("eval", help="evaluate one candidate (a raw LLM response or a program)")

@@ -34,7 +34,7 @@ from musaenv.evaluator.harness import ProgramModule, flatten_outputs, load_progr
 
 __all__ = ["main"]
 
-META_LIMIT_S = 1.0  # default of a request's meta_limit_s (musaenv.tasks.derive.META_LIMIT_S says why)
+META_LIMIT_S = 2.5  # default of a request's meta_limit_s (musaenv.tasks.derive.META_LIMIT_S says why)
 _META_HINTS = ("meta", "data-dependent", "not implemented for", "NotImplementedError", "item()")
 
 

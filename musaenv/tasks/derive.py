@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 # CPU seconds a meta-device forward may take before outputs are measured for real instead: KernelBench's networks
 # took under 0.1 s each on meta here; its LSTMs and GRUs, decomposed step by step, 20-48 s at their own sizes.
-META_LIMIT_S = 1.0
+META_LIMIT_S = 2.5
 LARGE = 16  # below this a constant is a hyper-parameter (kernel 3, stride 2, 8 heads), not a size to scale
 # The odd shape is smaller than the timing shape that met the time budget; timing noise on a busy core (15.7 ms
 # against 17.2 ms one run, over 20 ms the next, here) must not drop it.
@@ -46,6 +46,7 @@ ODD_SLACK = 1.5
 STEPS = 3  # scale factors 2^(-k/3): bytes of a 4-d input change by 2.5x per step, so the fit is within that
 MIN_SCALED = 2  # scaling stops here; the reference's own checks (a kernel larger than its input) stop it earlier
 PEAK_FLOPS = 2e11  # one core's optimistic fp32 peak: a forward counted above budget * this is never run for real
+REAL_STATE_BYTES = 1 << 30  # parameters a real check may hold besides its inputs (VGG-16: 528 MB of weights)
 REAL_FLOPS = 5e9  # a gpu-tier odd shape is also run for real here when it counts at most this (about 0.1-1 s)
 _LADDER = (1, 3, 5, 7, 2, 4, 8, 16, 32)  # odd values first; then the least power-of-two factor the program needs
 
@@ -61,6 +62,9 @@ class ShapeConfig(_Config):
         cpu_forward_ms: Reference forward time on one core at the cpu tier's timing shape (fastest of
             ``repeats`` after a warm-up). The built-in cpu tier measured 0.2-7.3 ms (median 0.8) here; 20 ms
             leaves room for networks while a candidate 10x slower still times within ``TimingConfig``'s 5 s.
+        cpu_forward_max_ms: A file whose smallest accepted sizes are still slower than ``cpu_forward_ms`` (a
+            network with its image size or widths written inside the program) keeps a cpu tier when its forward
+            takes at most this, with the warning ``slow_cpu_tier``; slower files get ``no_cpu_tier``.
         repeats: Timed forwards per real check.
         check_timeout_s: Wall-clock limit of one check (meta or real) in the probe worker.
         file_timeout_s: Budget of a whole file; what is not derived by then keeps fewer shapes (and says so).
@@ -70,7 +74,8 @@ class ShapeConfig(_Config):
 
     cpu_bytes: int = 32 << 20
     cpu_forward_ms: float = 20.0
-    repeats: int = 2
+    cpu_forward_max_ms: float = 250.0
+    repeats: int = 3
     check_timeout_s: float = 10.0
     file_timeout_s: float = 60.0
     probe_memory_mb: int = 8192
@@ -173,6 +178,7 @@ class _Deriver:
         self._memo: dict[tuple[str, bool], dict[str, Any]] = {}
         self._extents: set[Slot] | None = None
         self.meta_slow = False  # the meta device is too slow for this program: cpu checks run for real
+        self.slow_tier = False  # no size met cpu_forward_ms; the tier is held to cpu_forward_max_ms instead
 
     def probe(self, values: dict[Slot, int], real: bool) -> dict[str, Any]:
         shape = self.consts.shape(values)
@@ -185,7 +191,7 @@ class _Deriver:
             t0 = time.monotonic()
             self._memo[key] = self.client.check(
                 self.source, shape, real=real, limit_s=limit, repeats=self.config.repeats,
-                max_real_bytes=max(self.config.real_limit_bytes, self.config.cpu_bytes),
+                max_real_bytes=max(self.config.real_limit_bytes, self.config.cpu_bytes) + REAL_STATE_BYTES,
                 meta_limit_s=0.001 if self.meta_slow else META_LIMIT_S,  # known slow on meta: straight to real
             )  # fmt: skip
             self._memo[key]["shape"] = shape
@@ -195,7 +201,7 @@ class _Deriver:
         return self._memo[key]
 
     def fits_cpu(self, reply: dict[str, Any]) -> bool:
-        flops_ok = int(reply.get("flops") or 0) <= self.config.cpu_forward_ms * 1e-3 * PEAK_FLOPS
+        flops_ok = int(reply.get("flops") or 0) <= self.config.cpu_forward_max_ms * 1e-3 * PEAK_FLOPS
         return bool(reply.get("ok")) and _bytes(reply) <= self.config.cpu_bytes and flops_ok
 
     def consistent(self, reply: dict[str, Any]) -> bool:
@@ -248,7 +254,8 @@ class _Deriver:
 
     def _fast(self, reply: dict[str, Any], slack: float = 1.0) -> bool:
         ms = reply.get("forward_ms")
-        return ms is not None and float(ms) <= self.config.cpu_forward_ms * slack
+        budget = self.config.cpu_forward_max_ms if self.slow_tier else self.config.cpu_forward_ms
+        return ms is not None and float(ms) <= budget * slack
 
     # ---- cpu tier: one common factor f = 2^(-k/STEPS) for every size, ratios kept -----------------------------------
 
@@ -354,8 +361,14 @@ class _Deriver:
         slow = k - 1
         while k <= k_max:
             last = self.probe(self.scaled(k), real=True)
-            if last.get("ok") and self._fast(last):
-                k = self._back_up(slow, k)
+            ok = bool(last.get("ok"))
+            if (ok and self._fast(last)) or (not ok and last.get("kind") == "reject"):
+                # fast: look back for larger sizes the jump skipped; rejected (e.g. too small): they may be left
+                found = self._back_up(slow, k)
+                if found is None and not ok:
+                    k += 1
+                    continue
+                k = k if found is None else found
                 last = self.probe(self.scaled(k), real=True)
                 if self.consistent(last):
                     return last, self.scaled(k)
@@ -366,12 +379,34 @@ class _Deriver:
             # Time falls at least as fast as f^3 (a matmul; convolutions faster): never overshoots a 3-d problem.
             step = math.ceil(STEPS / 3 * math.log2(float(ms) / self.config.cpu_forward_ms)) if ms else 1
             k += max(1, step)
+        fallback = self._slow_fallback()
+        if fallback is not None:
+            return fallback
         why = last.get("error") or f"{float(last.get('forward_ms') or 0):.1f} ms at the smallest sizes"
         self.result.notes.append(f"cpu tier: no shape within {self.config.cpu_forward_ms:g} ms on one core ({why})")
         return None
 
-    def _back_up(self, slow: int, fast: int) -> int:
-        """After a jump past the time budget, the largest sizes between the last slow k and ``fast`` that are fast.
+    def _slow_fallback(self) -> tuple[dict[str, Any], dict[Slot, int]] | None:
+        """The fastest accepted shape run so far, when within ``cpu_forward_max_ms`` (warning ``slow_cpu_tier``)."""
+        ran = [r for (_, real), r in self._memo.items() if real and r.get("ok") and r.get("forward_ms") is not None]
+        ran = [r for r in ran if self.fits_cpu(r) and float(r["forward_ms"]) <= self.config.cpu_forward_max_ms]
+        if not ran:
+            return None
+        best = min(ran, key=lambda r: float(r["forward_ms"]))
+        values = next((self.scaled(k) for k in range(self._k_max() + 1) if self.consts.shape(self.scaled(k)) ==
+                       best["shape"]), None)  # fmt: skip
+        if values is None or not self.consistent(best):
+            return None
+        self.slow_tier = True
+        self.result.warnings.append("slow_cpu_tier")
+        self.result.notes.append(
+            f"cpu tier: {float(best['forward_ms']):.1f} ms per forward at the smallest accepted sizes, over the "
+            f"{self.config.cpu_forward_ms:g} ms target (within {self.config.cpu_forward_max_ms:g} ms)"
+        )
+        return best, values
+
+    def _back_up(self, slow: int, fast: int) -> int | None:
+        """After a jump, the largest sizes between the last slow k and ``fast`` that are fast (``None``: none).
 
         Reference kernels are not smooth in size (a depthwise convolution took 140, 49 and 1.3 ms at three
         consecutive steps here), so the jump's estimate may overshoot.
@@ -380,7 +415,7 @@ class _Deriver:
             r = self.probe(self.scaled(j), real=True)
             if r.get("ok") and self._fast(r) and self.fits_cpu(r):
                 return j
-        return fast
+        return None
 
     def _note_inconsistent(self, reply: dict[str, Any]) -> None:
         self.result.notes.append(

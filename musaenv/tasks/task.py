@@ -164,7 +164,8 @@ def load_task_file(path: str | Path, task_id: str | None = None, level: int | No
     """Load one KernelBench-format ``.py`` file as a :class:`Task`.
 
     The level is taken from a ``level<N>`` folder in the path when not given (default 1); the dtype is
-    guessed from the source, and the tolerance follows the dtype.
+    guessed from the source, and the tolerance follows the dtype. The task has the file's own sizes as its only
+    shape; :func:`musaenv.tasks.external.load_external` (what ``get_task`` and the env use) derives its tiers.
 
     Raises:
         TaskLoadError: the file is missing, unreadable, not Python, or lacks Model/get_inputs/get_init_inputs.
@@ -196,7 +197,8 @@ def load_task_dir(path: str | Path) -> list[Task]:
     """Load every ``*.py`` file under a directory (e.g. a KernelBench checkout's ``level1`` .. ``level3``).
 
     Files that are not KernelBench programs raise :class:`TaskLoadError` naming the file.
-    Task ids are ``<level folder>/<file stem>`` relative to ``path``.
+    Task ids are ``<level folder>/<file stem>`` relative to ``path``. Shapes are the files' own; for derived
+    tiers use :func:`musaenv.tasks.external.load_suite`.
     """
     root = Path(path)
     if not root.is_dir():

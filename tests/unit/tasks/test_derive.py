@@ -118,6 +118,10 @@ def get_init_inputs():
 )
 
 
+# A roomy time budget: these tests check the rules, not this (shared, busy) machine's speed.
+CFG = ShapeConfig(cpu_forward_ms=200.0)
+
+
 @pytest.fixture(scope="module")
 def client():
     with ProbeClient() as c:
@@ -134,7 +138,7 @@ def test_ladder_prefers_odd_values():
 
 
 def test_gpu_sized_elementwise_file_gets_cpu_tier_within_budgets(client):
-    cfg = ShapeConfig()
+    cfg = CFG
     d = derive_shapes(ELEMENTWISE, cfg, client)
     assert d.warnings == []
     gpu, cpu = d.shapes["gpu"], d.shapes["cpu"]
@@ -149,7 +153,7 @@ def test_gpu_sized_elementwise_file_gets_cpu_tier_within_budgets(client):
 
 
 def test_coupled_groups_found_by_validation(client):
-    d = derive_shapes(GROUPED, ShapeConfig(), client)
+    d = derive_shapes(GROUPED, CFG, client)
     for tier in ("cpu", "gpu"):
         shapes = d.shapes[tier]
         assert len(shapes) == 2, d.notes
@@ -160,7 +164,7 @@ def test_coupled_groups_found_by_validation(client):
 
 
 def test_heads_divide_the_embedding(client):
-    d = derive_shapes(ATTENTION, ShapeConfig(), client)
+    d = derive_shapes(ATTENTION, CFG, client)
     odd = d.shapes["cpu"][1]
     embed, heads = odd.get("embed", 512), odd.get("heads", 8)
     assert embed % heads == 0 and embed != d.shapes["cpu"][0].get("embed", 512)
@@ -168,14 +172,14 @@ def test_heads_divide_the_embedding(client):
 
 
 def test_sizes_inside_get_inputs_give_one_shape_and_say_so(client):
-    d = derive_shapes(FIXED, ShapeConfig(), client)
+    d = derive_shapes(FIXED, CFG, client)
     assert "single_shape" in d.warnings
     assert d.shapes["cpu"] == [{}] and d.shapes["gpu"] == [{}]
     assert any("get_inputs" in n for n in d.notes)
 
 
 def test_reference_rejecting_odd_sizes_gets_the_least_even_factor(client):
-    d = derive_shapes(EVEN_ONLY, ShapeConfig(), client)
+    d = derive_shapes(EVEN_ONLY, CFG, client)
     odd = d.shapes["cpu"][1]
     assert _odd(odd["rows"])
     assert odd["cols"] % 2 == 0 and odd["cols"] % 4 != 0  # 2 x an odd number: what the program allows
@@ -194,7 +198,7 @@ def test_memory_guard_names_task_bytes_and_knob(client, tmp_path: Path, monkeypa
     f = tmp_path / "level1" / "relu_big.py"
     f.parent.mkdir()
     f.write_text(ELEMENTWISE)
-    task = derive_task(load_task_file(f), client=client)
+    task = derive_task(load_task_file(f), CFG, client)
     check_memory(task, "cpu", 16384, copies=21)  # the cpu tier fits
     with pytest.raises(ConfigError) as e:
         check_memory(task, "gpu", 16384, copies=2)
@@ -207,13 +211,13 @@ def test_folder_is_derived_once_then_read_from_cache(client, tmp_path: Path, mon
     for level, name, src in (("level1", "relu", ELEMENTWISE), ("level2", "fixed", FIXED)):
         (tmp_path / "kb" / level).mkdir(parents=True, exist_ok=True)
         (tmp_path / "kb" / level / f"{name}.py").write_text(src)
-    tasks = load_suite(tmp_path / "kb")
+    tasks = load_suite(tmp_path / "kb", config=CFG)
     assert [t.id for t in tasks] == ["level1/relu", "level2/fixed"]
     assert tasks[1].warnings == ("single_shape",) and len(tasks[0].shapes["cpu"]) == 2
     start = time.monotonic()
-    again = load_suite(tmp_path / "kb", levels=(1,))
+    again = load_suite(tmp_path / "kb", levels=(1,), config=CFG)
     assert time.monotonic() - start < 2.0 and [t.id for t in again] == ["level1/relu"]
     assert again[0].shapes == tasks[0].shapes
     entry = listing(again[0])
     assert {"id", "level", "dtype", "shapes", "warnings"} <= set(entry)
-    assert derivation_for(ELEMENTWISE).shapes["cpu"] == [dict(s) for s in tasks[0].shapes["cpu"]]
+    assert derivation_for(ELEMENTWISE, CFG).shapes["cpu"] == [dict(s) for s in tasks[0].shapes["cpu"]]
