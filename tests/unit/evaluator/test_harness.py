@@ -42,3 +42,13 @@ def test_cpu_only_input_code_falls_back_to_the_cpu_for_good():
     first = program.inputs(3)
     assert program.draw_device is None and first[0].device.type == "cpu"
     assert torch.equal(first[0], _program(CPU_ONLY, None).inputs(3)[0])  # same values as a plain CPU draw
+
+
+def test_apply_shape_restores_tuples_and_resets_sequences():
+
+    module = load_program("ks = (3, 5)\nlayers = [4, 4]\nn = 2\n", "m", "<m>")
+    program = ProgramModule(module)
+    program.apply_shape({"ks": [3, 7], "layers": [4, 5], "n": 9})  # shapes travel as JSON: tuples become lists
+    assert (module.ks, module.layers, module.n) == ((3, 7), [4, 5], 9)
+    program.apply_shape({})
+    assert (module.ks, module.layers, module.n) == ((3, 5), [4, 4], 2)

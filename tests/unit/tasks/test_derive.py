@@ -221,3 +221,23 @@ def test_folder_is_derived_once_then_read_from_cache(client, tmp_path: Path, mon
     entry = listing(again[0])
     assert {"id", "level", "dtype", "shapes", "warnings"} <= set(entry)
     assert derivation_for(ELEMENTWISE, CFG).shapes["cpu"] == [dict(s) for s in tasks[0].shapes["cpu"]]
+
+
+def test_env_samples_a_folder_by_level_with_seeded_resets(tmp_path: Path, monkeypatch):
+    import gymnasium as gym
+
+    import musaenv  # noqa: F401 - registers the env ids
+
+    monkeypatch.setenv("MUSAENV_CACHE_DIR", str(tmp_path / "cache"))
+    for level, name, src in (("level1", "a", FIXED), ("level1", "b", EVEN_ONLY), ("level2", "c", GROUPED)):
+        (tmp_path / "kb" / level).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "kb" / level / f"{name}.py").write_text(src)
+    env = gym.make("KernelGen-v0", tasks=str(tmp_path / "kb"), levels=(1,), backend="cpu", shape_config=CFG)
+    try:
+        seen = [env.reset(seed=s)[1] for s in (0, 1, 2, 3, 0)]
+    finally:
+        env.close()
+    ids = [info["task_id"] for info in seen]
+    assert set(ids) <= {"level1/a", "level1/b"} and ids[0] == ids[-1]  # same seed, same task
+    for info in seen:
+        assert info["task_warnings"] == (["single_shape"] if info["task_id"] == "level1/a" else [])
