@@ -45,7 +45,6 @@ def test_cpu_only_input_code_falls_back_to_the_cpu_for_good():
 
 
 def test_apply_shape_restores_tuples_and_resets_sequences():
-
     module = load_program("ks = (3, 5)\nlayers = [4, 4]\nn = 2\n", "m", "<m>")
     program = ProgramModule(module)
     program.apply_shape({"ks": [3, 7], "layers": [4, 5], "n": 9})  # shapes travel as JSON: tuples become lists
