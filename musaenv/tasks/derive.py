@@ -4,14 +4,16 @@ Rules (docs/tasks.md has the measured numbers behind the defaults):
 
 * **Variables** are the module-level integer constants of at least 2 (:mod:`musaenv.tasks.constants`). Those of
   at least :data:`LARGE` are *sizes* that scaling shrinks; smaller ones (kernel sizes, strides, heads, small
-  channel counts) keep their values when scaling and are only nudged to an odd neighbour for the odd shape.
+  channel counts) keep their values when scaling (unless validation shows them to be extents of the inputs,
+  like a batch of 10) and are only nudged to an odd neighbour for the odd shape.
 * **gpu tier**: the file's own sizes first (``{}``), then an *odd* shape: every variable moved to an odd value
   near 3/4 of it. Validated on the ``meta`` device (shapes, bytes, FLOPs; nothing allocated) and for real too
   when small enough to run here.
 * **cpu tier**: the sizes scaled by one common factor (ratios kept; each value keeps the file's alignment to
   16) until inputs + outputs fit :attr:`ShapeConfig.cpu_bytes` (meta) and the reference forward
-  fits :attr:`ShapeConfig.cpu_forward_ms` on one core (measured for real), then an odd shape derived from it and
-  run for real as well.
+  fits :attr:`ShapeConfig.cpu_forward_ms` on one core (measured for real; up to ``cpu_forward_max_ms`` with the
+  warning ``slow_cpu_tier`` when no accepted size is faster), then an odd shape derived from it and run for real
+  as well (untimed in evaluations, so held to ``cpu_forward_max_ms``).
 * **Coupled constants** (channels divisible by groups, heads dividing the embedding, a kernel no larger than its
   input) are found by validation: when the all-odd shape is rejected, variables are changed one at a time, each
   through a ladder of candidates (odd values first, then 3, 5, 7 times an odd value, then 2, 4, ... 32 times one),
