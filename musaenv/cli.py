@@ -47,9 +47,47 @@ def progress(label: str, enabled: bool = True) -> Iterator[None]:
         bar.close()
 
 
+def _shapes_text(shapes: Sequence[dict[str, Any]]) -> str:
+    return " | ".join(", ".join(f"{k}={v}" for k, v in s.items()) or "file's sizes" for s in shapes)
+
+
+def _cmd_tasks_dir(args: argparse.Namespace) -> int:
+    from musaenv.tasks.derive import ShapeConfig
+    from musaenv.tasks.external import listing, load_suite
+
+    default = ShapeConfig()
+    config = default.replace(
+        cpu_bytes=default.cpu_bytes if args.cpu_mb is None else int(args.cpu_mb * (1 << 20)),
+        cpu_forward_ms=default.cpu_forward_ms if args.cpu_ms is None else args.cpu_ms,
+    )
+    levels = None if args.level is None else (args.level,)
+
+    def report(done: int, total: int, task_id: str) -> None:
+        if not args.json and sys.stderr.isatty():
+            print(f"\rderiving shapes {done}/{total}: {task_id[:50]:<50}", end="", file=sys.stderr, flush=True)
+
+    tasks = load_suite(args.dir, levels=levels, config=config, progress=report)
+    if not args.json and sys.stderr.isatty():
+        print(file=sys.stderr)
+    rows = [listing(t) for t in tasks]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        warn = f"  [{', '.join(r['warnings'])}]" if r["warnings"] else ""
+        print(f"{r['id']}  (level {r['level']}, {r['dtype']}, atol={r['atol']:g}){warn}")
+        for tier in ("cpu", "gpu"):
+            print(f"    {tier}: {_shapes_text(r['shapes'].get(tier, []))}")
+    single = sum(1 for r in rows if "single_shape" in r["warnings"])
+    print(f"{len(rows)} tasks, {single} with a single shape in some tier")
+    return 0
+
+
 def _cmd_tasks(args: argparse.Namespace) -> int:
     from musaenv.tasks.builtin import builtin_tasks, solution_path
 
+    if args.dir is not None:
+        return _cmd_tasks_dir(args)
     tasks = builtin_tasks(level=args.level)
     if args.json:
         rows = [{**t.to_dict(), "has_cpu_solution": solution_path(t.id, "cpu") is not None} for t in tasks]
@@ -153,9 +191,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="musaenv", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("tasks", help="list the built-in tasks")
+    t = sub.add_parser("tasks", help="list the built-in tasks, or a folder of KernelBench-format files")
     t.add_argument("--json", action="store_true", help="machine-readable output")
-    t.add_argument("--level", type=int, choices=[1, 2, 3], default=None)
+    t.add_argument("--level", type=int, choices=[1, 2, 3, 4], default=None)
+    t.add_argument("--dir", default=None, help="a folder of KernelBench-format files: derive and list their shapes")
+    t.add_argument(
+        "--cpu-mb", type=float, default=None, help="--dir: cpu-tier inputs + outputs per call, MiB (default 32)"
+    )
+    t.add_argument("--cpu-ms", type=float, default=None, help="--dir: cpu-tier reference forward, ms (default 20)")
     t.set_defaults(func=_cmd_tasks)
     e = sub.add_parser("eval", help="evaluate one candidate (a raw LLM response or a program)")
     src = e.add_mutually_exclusive_group(required=True)

@@ -10,7 +10,10 @@ from gymnasium import spaces
 
 from musaenv.config import EnvConfig, EvalConfig, RewardConfig
 from musaenv.errors import ConfigError
+from musaenv.evaluator.plan import plan_pool
 from musaenv.tasks.builtin import builtin_tasks, get_task
+from musaenv.tasks.derive import ShapeConfig
+from musaenv.tasks.external import check_memory, derive_task, load_suite
 from musaenv.tasks.prompts import (
     EPISODE_OVER,
     OBS_CHARSET,
@@ -76,7 +79,7 @@ class KernelGenEnv(gym.Env[str, str]):
 
     ## Info keys
 
-    * ``task_id``, ``turn`` (1-based after a step, 0 after reset), ``backend``, ``tier``.
+    * ``task_id``, ``turn`` (1-based after a step, 0 after reset), ``backend``, ``tier``, ``task_warnings``.
     * ``eval``: the turn's :class:`~musaenv.types.EvalResult` as a dict; ``score``: s(c) or ``None``.
     * ``feedback``: the new user message after this turn (verdict, logs, and the request to try again unless the
       episode is over): what a chat-based trainer appends to the conversation it keeps.
@@ -87,6 +90,10 @@ class KernelGenEnv(gym.Env[str, str]):
 
     * ``task``: built-in id, path of a KernelBench-format file, or a :class:`Task`; ``None`` samples one from
       the built-in suite (``levels`` filters it) with the env's seeded generator at every reset.
+    * ``tasks``: a folder of KernelBench-format files (e.g. a KernelBench checkout's ``KernelBench``) sampled at
+      every reset instead of the built-in suite (``levels`` filters it by ``level<N>`` folder). Each sampled
+      file's tiers are derived on first use and cached (:mod:`musaenv.tasks.derive`); ``shape_config`` sets the
+      budgets. ``info["task_warnings"]`` carries the task's warnings (``single_shape``: checked at one shape).
     * ``backend``: ``auto`` (CUDA, else MUSA, else CPU), ``cpu``, ``cuda``, ``triton`` or ``musa``.
     * ``max_turns``, ``stop_on_success``, ``feedback_chars``: see :class:`~musaenv.config.EnvConfig`.
     * ``reward`` / ``reward_kwargs``: shaper name and parameters (see :mod:`musaenv.rewards`).
@@ -117,6 +124,8 @@ class KernelGenEnv(gym.Env[str, str]):
         stop_on_success: bool | None = None,
         render_mode: str | None = None,
         observation: str = "transcript",
+        tasks: str | None = None,
+        shape_config: ShapeConfig | None = None,
     ) -> None:
         cfg = config or EnvConfig()
         reward_cfg = cfg.reward
@@ -141,7 +150,13 @@ class KernelGenEnv(gym.Env[str, str]):
         self.config = cfg
         self.render_mode = render_mode
         self._fixed_task = get_task(task) if task is not None else None
-        self._pool = builtin_tasks() if levels is None else [t for t in builtin_tasks() if t.level in levels]
+        self._shape_config = shape_config
+        self._derived: dict[str, Task] = {}
+        if tasks is not None:
+            self._pool = load_suite(tasks, levels=levels, derive=False)  # derived when sampled, then cached
+        else:
+            self._pool = builtin_tasks() if levels is None else [t for t in builtin_tasks() if t.level in levels]
+        self._external = tasks is not None
         if self._fixed_task is None and not self._pool:
             raise ConfigError(f"levels={levels!r} selects no built-in task; use levels among 1, 2, 3")
         from musaenv.rewards import shaper_from_config
@@ -197,14 +212,31 @@ class KernelGenEnv(gym.Env[str, str]):
         elif self._fixed_task is not None:
             self._task = self._fixed_task
         else:
-            self._task = self._pool[int(self.np_random.integers(len(self._pool)))]
-        self._first_prompt = initial_prompt(self._task, self._backend(), self._tier(), self.config.eval.static_policy)
+            self._task = self._sampled(self._pool[int(self.np_random.integers(len(self._pool)))])
+        ev = self.config.eval
+        copies = ev.num_trials + (plan_pool(ev) if self._tier() == "cpu" else 1)
+        check_memory(self._task, self._tier(), ev.sandbox.address_space_mb, copies)  # before any draw
+        self._first_prompt = initial_prompt(self._task, self._backend(), self._tier(), ev.static_policy)
         self._obs = self._first_prompt
         return self._obs, self._info(turn=0)
 
+    def _sampled(self, task: Task) -> Task:
+        """A task drawn from a folder, with its derived tiers (derived once per env, cached on disk)."""
+        if not self._external:
+            return task
+        if task.id not in self._derived:
+            self._derived[task.id] = derive_task(task, self._shape_config)
+        return self._derived[task.id]
+
     def _info(self, turn: int) -> dict[str, Any]:
         assert self._task is not None
-        return {"task_id": self._task.id, "turn": turn, "backend": self._backend(), "tier": self._tier()}
+        return {
+            "task_id": self._task.id,
+            "turn": turn,
+            "backend": self._backend(),
+            "tier": self._tier(),
+            "task_warnings": list(self._task.warnings),
+        }
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Evaluate one response; see the class docstring for rewards and episode end."""

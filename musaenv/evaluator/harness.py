@@ -74,6 +74,17 @@ class CudaToDevice(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_size(v: Any) -> bool:
+    """A module global that a shape may override: a number, or a tuple or list of numbers."""
+    if isinstance(v, (tuple, list)):
+        return 0 < len(v) <= 256 and all(_is_number(x) for x in v)
+    return _is_number(v)
+
+
 class ProgramModule:
     """A loaded reference program with its size constants settable per shape.
 
@@ -94,17 +105,18 @@ class ProgramModule:
         self.module = module
         self.draw_device = draw_device
         self.cuda_to = device if device is not None and device.type != "cuda" else None
-        self._defaults = {
-            k: v
-            for k, v in vars(module).items()
-            if not k.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)
-        }
+        self._defaults = {k: v for k, v in vars(module).items() if not k.startswith("_") and _is_size(v)}
 
     def apply_shape(self, shape: dict[str, Any]) -> None:
-        """Reset the size constants to the file's values, then apply ``shape``'s overrides."""
+        """Reset the size constants to the file's values, then apply ``shape``'s overrides.
+
+        A list where the file has a tuple (shapes travel as JSON) is set as a tuple, as the program wrote it.
+        """
         for k, v in self._defaults.items():
-            setattr(self.module, k, v)
+            setattr(self.module, k, list(v) if isinstance(v, list) else v)
         for k, v in shape.items():
+            if isinstance(v, list) and isinstance(self._defaults.get(k), tuple):
+                v = tuple(v)
             setattr(self.module, k, v)
 
     def init_inputs(self, seed: int) -> list[Any]:

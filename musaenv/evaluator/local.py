@@ -15,11 +15,12 @@ from musaenv.config import EvalConfig
 from musaenv.evaluator import forkserver
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.forkserver import ForkServer
-from musaenv.evaluator.plan import EvalPlan, make_plan
+from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.evaluator.process import worker_env as process_env
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService
 from musaenv.evaluator.verdict import judge
+from musaenv.tasks.external import check_memory
 from musaenv.tasks.parsing import extract_candidate
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
@@ -171,6 +172,9 @@ class LocalEvaluator:
         if task.source_hash in self._broken_tasks:  # its reference failed before: no worker, no candidate verdict
             why = self._broken_tasks[task.source_hash]
             return base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(why,))
+        # Memory guard (a usage error, before anything is drawn): derived tasks know their bytes per call.
+        sets = self.config.num_trials + (plan_pool(self.config) if self.backend.device == "cpu" else 1)
+        check_memory(task, self.tier, self.config.sandbox.address_space_mb, sets)
         plan = make_plan(task, self.tier, self.config, seed)
         timing = self._timing_request(plan)
         if not self.backend.compile_only:

@@ -12,7 +12,7 @@ import numpy as np
 from musaenv.config import EvalConfig
 from musaenv.tasks.task import Shape, Task
 
-__all__ = ["EvalPlan", "first_use_calls", "make_plan"]
+__all__ = ["EvalPlan", "first_use_calls", "make_plan", "plan_pool"]
 
 RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
 # Further timed calls, picked after the run, whose output fingerprints are checked: TimingConfig.probes (4), the
@@ -86,6 +86,12 @@ def _entropy(seed: int, secret: bool) -> list[int]:
     return words
 
 
+def plan_pool(config: EvalConfig) -> int:
+    """Distinct timing inputs of an evaluation: one per warm-up and timed call up to 16 (each is a full input
+    set; 16 bounds the memory); calls past that reuse inputs and do not count for the median (first_use_calls)."""
+    return max(1, min(config.timing.repeats + config.timing.warmup, 16))
+
+
 def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
     """Draw an evaluation plan from ``seed`` (via :class:`numpy.random.SeedSequence`), mixed with a secret from
     ``os.urandom`` unless ``config.secret_plans`` is off (then the same seed gives the same plan)."""
@@ -95,9 +101,7 @@ def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
     # Round-robin over shapes so every shape gets a trial when num_trials >= len(shapes).
     trials = tuple((i % len(shapes), draws[i]) for i in range(config.num_trials))
     timing = config.timing
-    # Distinct timing inputs: one per warm-up and timed call up to 16 (each is a full input set; 16 bounds the
-    # memory); calls past that reuse inputs and do not count for the median (first_use_calls).
-    pool = max(1, min(timing.repeats + timing.warmup, 16))
+    pool = plan_pool(config)
     span = max(1, min(timing.repeats, 10))
     keep = tuple(sorted({int(x) for x in rng.choice(span, size=min(RECHECK_CALLS, span), replace=False)}))
     probe_seed = int(rng.integers(0, 2**31 - 1))

@@ -70,6 +70,8 @@ def builtin_tasks(level: int | None = None) -> list[Task]:
 def get_task(task: str | Task) -> Task:
     """Resolve a built-in id or the path of a KernelBench-format file to a :class:`Task`.
 
+    A file gets derived tiers (:func:`musaenv.tasks.external.load_external`: cached, runs its reference once).
+
     Raises:
         TaskLoadError: neither a known id nor a loadable file.
     """
@@ -80,7 +82,9 @@ def get_task(task: str | Task) -> Task:
             return t
     p = Path(task)
     if p.suffix == ".py" or p.exists():
-        return load_task_file(p)
+        from musaenv.tasks.external import load_external
+
+        return load_external(p)
     known = ", ".join(t.id for t in _load_suite()[:8])
     raise TaskLoadError(task, f"not a built-in task id (e.g. {known}, ...; see `musaenv tasks`) nor an existing file")
 

@@ -49,6 +49,10 @@ class Task:
         shapes: Size tier (``cpu``, ``gpu``) -> shapes; the first shape of a tier is the timing shape,
             all are used for correctness. An empty shape ``{}`` means "the file's own globals".
         path: File the task was loaded from, if any.
+        warnings: Flags about how strongly the task can be checked, e.g. ``single_shape`` (a tier with one shape:
+            the file's sizes could not be varied); set by shape derivation (:mod:`musaenv.tasks.derive`).
+        footprint_bytes: Tier -> per shape, the bytes of one reference call's inputs, outputs and parameters,
+            measured on the ``meta`` device by derivation (``None``: unknown). Empty when not derived.
     """
 
     id: str
@@ -61,6 +65,8 @@ class Task:
     rtol: float = 1e-4
     shapes: dict[str, tuple[Shape, ...]] = field(default_factory=lambda: {"cpu": ({},), "gpu": ({},)})
     path: str | None = None
+    warnings: tuple[str, ...] = ()
+    footprint_bytes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
 
     def shapes_for(self, tier: str) -> tuple[Shape, ...]:
         """Shapes of a tier (``cpu`` or ``gpu``); falls back to the other tier, then to the file's globals."""
@@ -81,16 +87,9 @@ class Task:
 
         This is what the policy is shown: exactly the program that the timing shape runs.
         """
-        if not shape:
-            return self.source
-        lines = self.source.splitlines(keepends=True)
-        for name, (lineno, col_end) in _global_assignments(self.source).items():
-            if name in shape:
-                line = lines[lineno - 1]
-                prefix = line[: line.index("=") + 1]
-                rest = line[col_end:]
-                lines[lineno - 1] = f"{prefix} {shape[name]!r}{rest}"
-        return "".join(lines)
+        from musaenv.tasks.constants import render
+
+        return render(self.source, shape or {})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe summary (no source) for listings."""
@@ -104,6 +103,7 @@ class Task:
             "rtol": self.rtol,
             "shapes": {k: [dict(s) for s in v] for k, v in self.shapes.items()},
             "path": self.path,
+            "warnings": list(self.warnings),
         }
 
 
@@ -164,7 +164,8 @@ def load_task_file(path: str | Path, task_id: str | None = None, level: int | No
     """Load one KernelBench-format ``.py`` file as a :class:`Task`.
 
     The level is taken from a ``level<N>`` folder in the path when not given (default 1); the dtype is
-    guessed from the source, and the tolerance follows the dtype.
+    guessed from the source, and the tolerance follows the dtype. The task has the file's own sizes as its only
+    shape; :func:`musaenv.tasks.external.load_external` (what ``get_task`` and the env use) derives its tiers.
 
     Raises:
         TaskLoadError: the file is missing, unreadable, not Python, or lacks Model/get_inputs/get_init_inputs.
@@ -196,7 +197,8 @@ def load_task_dir(path: str | Path) -> list[Task]:
     """Load every ``*.py`` file under a directory (e.g. a KernelBench checkout's ``level1`` .. ``level3``).
 
     Files that are not KernelBench programs raise :class:`TaskLoadError` naming the file.
-    Task ids are ``<level folder>/<file stem>`` relative to ``path``.
+    Task ids are ``<level folder>/<file stem>`` relative to ``path``. Shapes are the files' own; for derived
+    tiers use :func:`musaenv.tasks.external.load_suite`.
     """
     root = Path(path)
     if not root.is_dir():

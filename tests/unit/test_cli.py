@@ -41,3 +41,18 @@ def test_eval_policy_is_chosen_and_reported(tmp_path: Path, capsys: pytest.Captu
         assert out["stage"] == "cheating" and out["policy"] == policy and "no_custom_kernel" in out["flags"], out
     with pytest.raises(SystemExit):
         main([*args, "nonsense"])
+
+
+def test_tasks_dir_json_lists_derived_shapes_and_warnings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("MUSAENV_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    src = Path(__file__).parents[1] / "data" / "tasks" / "row_offset.py"
+    (tmp_path / "kb" / "level1" / "row_offset.py").write_text(src.read_text())
+    assert main(["tasks", "--dir", str(tmp_path / "kb"), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert {"id", "level", "dtype", "shapes", "warnings"} <= set(row)
+    assert (row["id"], row["level"], row["dtype"], row["warnings"]) == ("level1/row_offset", 1, "float32", [])
+    assert len(row["shapes"]["cpu"]) == 2 and row["shapes"]["gpu"][0] == {}
+    assert all(isinstance(s, dict) for tier in row["shapes"].values() for s in tier)

@@ -73,3 +73,12 @@ def test_without_a_device_the_reference_code_runs_as_written():
             assert "CUDA" in str(e)
         else:
             raise AssertionError("a CPU torch drew CUDA tensors")
+
+
+def test_apply_shape_restores_tuples_and_resets_sequences():
+    module = load_program("ks = (3, 5)\nlayers = [4, 4]\nn = 2\n", "m", "<m>")
+    program = ProgramModule(module)
+    program.apply_shape({"ks": [3, 7], "layers": [4, 5], "n": 9})  # shapes travel as JSON: tuples become lists
+    assert (module.ks, module.layers, module.n) == ((3, 7), [4, 5], 9)
+    program.apply_shape({})
+    assert (module.ks, module.layers, module.n) == ((3, 5), [4, 4], 2)

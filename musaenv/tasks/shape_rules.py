@@ -1,0 +1,154 @@
+"""Budgets, records and value rules of shape derivation (:mod:`musaenv.tasks.derive` has the search). No torch."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from musaenv.config import _Config, _require
+
+__all__ = [
+    "LARGE",
+    "META_LIMIT_S",
+    "MIN_SCALED",
+    "PEAK_FLOPS",
+    "REAL_FLOPS",
+    "REAL_STATE_BYTES",
+    "STEPS",
+    "Derivation",
+    "ShapeConfig",
+    "call_bytes",
+    "ladder",
+    "scaled_value",
+    "shape_info",
+    "signature",
+]
+
+# CPU seconds a meta-device forward may take before outputs are measured for real instead: KernelBench's networks
+# took under 0.1 s each on meta here; its LSTMs and GRUs, decomposed step by step, 20-48 s at their own sizes.
+META_LIMIT_S = 2.5
+LARGE = 16  # below this a constant is a hyper-parameter (kernel 3, stride 2, 8 heads), not a size to scale
+STEPS = 3  # scale factors 2^(-k/3): bytes of a 4-d input change by 2.5x per step, so the fit is within that
+MIN_SCALED = 2  # scaling stops here; the reference's own checks (a kernel larger than its input) stop it earlier
+PEAK_FLOPS = 2e11  # one core's optimistic fp32 peak: a forward counted above budget * this is never run for real
+REAL_STATE_BYTES = 1 << 30  # parameters a real check may hold besides its inputs (VGG-16: 528 MB of weights)
+REAL_FLOPS = 5e9  # a gpu-tier odd shape is also run for real here when it counts at most this (about 0.1-1 s)
+_LADDER = (1, 3, 5, 7, 2, 4, 8, 16, 32)  # odd values first; then the least power-of-two factor the program needs
+
+
+@dataclass(frozen=True)
+class ShapeConfig(_Config):
+    """Budgets and limits of shape derivation.
+
+    Attributes:
+        cpu_bytes: Inputs + outputs of one reference forward at a cpu-tier shape (meta-measured; parameters are
+            counted by the memory guard, not here). The built-in cpu tier peaks at 24 MiB (l1_add, measured);
+            32 MiB is that rounded up. An evaluation holds about 21 input sets (5 trials, 16 timing inputs).
+        cpu_forward_ms: Reference forward time on one core at the cpu tier's timing shape (fastest of
+            ``repeats`` after a warm-up). The built-in cpu tier measured 0.2-7.3 ms (median 0.8) here; 20 ms
+            leaves room for networks while a candidate 10x slower still times within ``TimingConfig``'s 5 s.
+        cpu_forward_max_ms: A file whose smallest accepted sizes are still slower than ``cpu_forward_ms`` (a
+            network with its image size or widths written inside the program) keeps a cpu tier when its forward
+            takes at most this, with the warning ``slow_cpu_tier``; slower files get ``no_cpu_tier``.
+        repeats: Timed forwards per real check.
+        check_timeout_s: Wall-clock limit of one check (meta or real) in the probe worker.
+        file_timeout_s: Budget of a whole file; what is not derived by then keeps fewer shapes (and says so).
+        probe_memory_mb: Address-space limit of the probe worker.
+        real_limit_bytes: gpu-tier odd shapes are also run for real when inputs + parameters are at most this.
+    """
+
+    cpu_bytes: int = 32 << 20
+    cpu_forward_ms: float = 20.0
+    cpu_forward_max_ms: float = 250.0
+    repeats: int = 3
+    check_timeout_s: float = 10.0
+    file_timeout_s: float = 60.0
+    probe_memory_mb: int = 8192
+    real_limit_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        n = type(self).__name__
+        _require(self.cpu_bytes >= 1 << 16, n, "cpu_bytes >= 65536", self.cpu_bytes, "e.g. 32 << 20.")
+        _require(self.cpu_forward_ms > 0, n, "cpu_forward_ms > 0", self.cpu_forward_ms, "e.g. 20.")
+        _require(self.repeats >= 1, n, "repeats >= 1", self.repeats, "")
+        for name in ("check_timeout_s", "file_timeout_s"):
+            _require(getattr(self, name) > 0, n, f"{name} > 0", getattr(self, name), "Give seconds.")
+
+
+@dataclass
+class Derivation:
+    """What derivation found for one file.
+
+    Attributes:
+        shapes: Tier -> shapes (the first is the timing shape).
+        info: Tier -> per shape: ``input_bytes``, ``output_bytes``, ``state_bytes``, ``flops``, ``forward_ms``
+            (``None`` when not run for real) and ``validated`` (``meta`` or ``real``).
+        warnings: Flags (``single_shape``, ``no_cpu_tier``, ``not_derived``).
+        notes: Why, in sentences.
+        seconds: Wall time of the derivation.
+    """
+
+    shapes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    info: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (what the cache stores)."""
+        return {k: getattr(self, k) for k in ("shapes", "info", "warnings", "notes", "seconds")}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Derivation:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**{k: d[k] for k in ("shapes", "info", "warnings", "notes", "seconds")})
+
+
+def signature(reply: dict[str, Any]) -> str:
+    return json.dumps([reply.get("inputs"), reply.get("outputs"), reply.get("state")])
+
+
+def call_bytes(reply: dict[str, Any]) -> int:
+    """Inputs + outputs of one call: what the cpu budget bounds (parameters are reported, not budgeted: a
+    network's widths are often written inside the model, e.g. ResNet-101's 170 MB of weights)."""
+    return int(reply.get("input_bytes", 0)) + int(reply.get("output_bytes", 0))
+
+
+def shape_info(reply: dict[str, Any]) -> dict[str, Any]:
+    keys = ("input_bytes", "output_bytes", "state_bytes", "flops", "forward_ms", "validated")
+    return {k: reply.get(k) for k in keys}
+
+
+def _odd_near(x: float) -> int:
+    n = max(1, round(x))
+    return n if n % 2 else max(1, n - 1)
+
+
+def ladder(value: int) -> list[int]:
+    """Candidate values of a variable for an odd shape, best first (see the module docstring)."""
+    if value >= LARGE:
+        target = 0.75 * value
+        out = [m * _odd_near(target / m) for m in _LADDER]
+        out += [_odd_near(target) - 2, _odd_near(target) + 2]
+    elif value >= 4 and value % 2 == 0:
+        out = [value - 1, value + 1]
+    else:
+        out = []
+    seen: list[int] = []
+    for v in out:
+        if v >= 1 and v != value and v not in seen:
+            seen.append(v)
+    return seen
+
+
+def scaled_value(value: int, factor: float) -> int:
+    """``value * factor``, at least ``min(value, LARGE)``, aligned like the file's value (to at most 16)."""
+    if factor >= 1.0:
+        return value
+    x = max(MIN_SCALED, round(value * factor))
+    align = math.gcd(value, 16)
+    while align > 1 and x < 8 * align:  # relative rounding: 40 stays 40 rather than jumping to 32 or 48
+        align //= 2
+    return min(value, max(align, round(x / align) * align))
