@@ -128,9 +128,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from musaenv.evaluator.local import LocalEvaluator
     from musaenv.rewards import candidate_score
     from musaenv.tasks.builtin import get_task
-    from musaenv.tasks.task import load_task_file
-
-    task = get_task(args.task) if args.task else load_task_file(args.reference)
+    # A reference file gets derived shapes and tiers, like a folder's files (musaenv.tasks.external).
+    task = get_task(args.task if args.task else args.reference)
     try:
         response = Path(args.candidate).read_text(encoding="utf-8", errors="replace")
     except OSError as e:
