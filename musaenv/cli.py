@@ -128,6 +128,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from musaenv.evaluator.local import LocalEvaluator
     from musaenv.rewards import candidate_score
     from musaenv.tasks.builtin import get_task
+
     # A reference file gets derived shapes and tiers, like a folder's files (musaenv.tasks.external).
     task = get_task(args.task if args.task else args.reference)
     try:
