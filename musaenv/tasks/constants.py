@@ -7,6 +7,8 @@ before ``get_init_inputs()`` and ``get_inputs()`` run. This module finds what ca
   ``kernel_size = (3, 5)``, ``layer_sizes = [1024] * 4`` (evaluated without running anything);
 * their integer *slots*: each int of at least 2 (a scalar, or one element of a tuple or list). Floats, bools and
   0/1 (reduction axes, paddings, unit strides) are never varied;
+* the literal elements of a tuple or list display that also names other constants
+  (``input_shape = (batch_size, 3, 224, 224)``: its ``3`` and ``224`` are slots, ``batch_size`` follows its own);
 * *dependents*: module-level assignments computed from other constants (``groups = in_channels``). They are
   recomputed for every shape, so the globals the harness sets agree with the program shown to the policy.
 """
@@ -110,8 +112,12 @@ class Constants:
         """The shape that sets ``values`` (slots not given keep the file's value) and the dependents they change."""
         env = dict(self.literals)
         changed: set[str] = set()
+        mixed: dict[str, dict[int, int]] = {}  # elements of displays that also name constants, set after evaluation
         for slot, v in values.items():
             if v == slot.value:
+                continue
+            if slot.name not in self.literals and slot.index is not None:
+                mixed.setdefault(slot.name, {})[slot.index] = int(v)
                 continue
             changed.add(slot.name)
             if slot.index is None:
@@ -126,6 +132,11 @@ class Constants:
                 env[name] = _evaluate(node, env)
             except _NotConstant:
                 continue
+            if name in mixed:
+                seq = list(env[name])
+                for i, v in mixed[name].items():
+                    seq[i] = v
+                env[name] = tuple(seq) if isinstance(node, ast.Tuple) else seq
             default = self.default_of(name)
             if default is not None and env[name] != default:
                 out[name] = env[name]
@@ -204,7 +215,34 @@ def read_constants(source: str) -> Constants:
             continue  # assigned twice: which assignment a shape should rewrite is ambiguous
         items = [(None, v)] if not isinstance(v, (tuple, list)) else list(enumerate(v))
         slots.extend(Slot(name, i, x) for i, x in items if isinstance(x, int) and x >= 2)
+    for name, node in dependents.items():
+        if counts[name] == 1 and isinstance(node, (ast.Tuple, ast.List)) and _evaluates(node, literals, dependents):
+            slots.extend(Slot(name, i, _size_of(e)) for i, e in enumerate(node.elts) if _literal_size(e))
     return Constants(literals, tuple(slots), tuple(dependents.items()), positions)
+
+
+def _literal_size(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int and node.value >= 2
+
+
+def _size_of(node: ast.expr) -> int:
+    assert isinstance(node, ast.Constant) and isinstance(node.value, int)
+    return node.value
+
+
+def _evaluates(node: ast.expr, literals: dict[str, Any], dependents: dict[str, ast.expr]) -> bool:
+    """Whether a display's value is known at the file's sizes (its names are constants or dependents of them)."""
+    env = dict(literals)
+    for name, value in dependents.items():
+        try:
+            env[name] = _evaluate(value, env)
+        except _NotConstant:
+            continue
+    try:
+        _evaluate(node, env)
+    except _NotConstant:
+        return False
+    return True
 
 
 def render(source: str, shape: Mapping[str, Any]) -> str:
@@ -222,11 +260,22 @@ def render(source: str, shape: Mapping[str, Any]) -> str:
     edits = []
     for name, value in shape.items():
         node = consts.positions.get(name)
-        if node is None or name not in consts.literals:
+        if node is None:
             continue
-        a = starts[node.lineno - 1] + node.col_offset
-        b = starts[(node.end_lineno or node.lineno) - 1] + (node.end_col_offset or node.col_offset)
-        edits.append((a, b, repr(value).encode()))
+        if name in consts.literals:
+            edits.append((*_span(node, starts), repr(value).encode()))
+        elif isinstance(node, (ast.Tuple, ast.List)) and isinstance(value, (tuple, list)):
+            # a display that names constants: rewrite only its literal elements that changed, names recompute
+            for elt, v in zip(node.elts, value):
+                if _literal_size(elt) and _size_of(elt) != v:
+                    edits.append((*_span(elt, starts), repr(v).encode()))
     for a, b, text in sorted(edits, reverse=True):
         data = data[:a] + text + data[b:]
     return data.decode("utf-8")
+
+
+def _span(node: ast.expr, starts: list[int]) -> tuple[int, int]:
+    """Byte offsets of ``node`` in the source whose line starts are ``starts``."""
+    a = starts[node.lineno - 1] + node.col_offset
+    b = starts[(node.end_lineno or node.lineno) - 1] + (node.end_col_offset or node.col_offset)
+    return a, b

@@ -156,7 +156,8 @@ class _Deriver:
             if s.value >= LARGE:
                 out[s] = scaled_value(s.value, factor)
             elif s in extents:
-                out[s] = max(1, min(s.value, round(s.value * factor)))
+                # at least 2: a batch of one makes training-mode BatchNorm reject a 1 x 1 map, and hides batch bugs
+                out[s] = max(2, min(s.value, round(s.value * factor)))
             else:
                 out[s] = s.value
         return out

@@ -46,7 +46,7 @@ class ShapeConfig(_Config):
         cpu_bytes: Inputs + outputs of one reference forward at a cpu-tier shape (meta-measured; parameters are
             counted by the memory guard, not here). The built-in cpu tier peaks at 24 MiB (l1_add, measured);
             32 MiB is that rounded up. An evaluation holds about 21 input sets (5 trials, 16 timing inputs).
-        cpu_forward_ms: Reference forward time on one core at the cpu tier's timing shape (fastest of
+        cpu_forward_ms: Reference forward CPU time on one thread at the cpu tier's timing shape (fastest of
             ``repeats`` after a warm-up). The built-in cpu tier measured 0.2-7.3 ms (median 0.8) here; 20 ms
             leaves room for networks while a candidate 10x slower still times within ``TimingConfig``'s 5 s.
         cpu_forward_max_ms: A file whose smallest accepted sizes are still slower than ``cpu_forward_ms`` (a

@@ -49,3 +49,32 @@ def test_render_rewrites_values_and_keeps_comments():
 
 def test_slot_order_is_stable():
     assert Slot("a", None, 3) < Slot("b", None, 2)
+
+
+MIXED = """import torch
+batch_size = 2
+num_classes = 1000
+input_shape = (batch_size, 3, 224, 224)
+sizes = [batch_size, 64]
+"""
+
+
+def test_literal_elements_of_a_display_naming_constants_are_slots():
+    # KernelBench's ResNet18 writes its image size this way: without these slots it was never scaled down
+    c = read_constants(MIXED)
+    labels = [s.label() for s in c.slots]
+    assert labels == ["batch_size", "num_classes", "input_shape[1]", "input_shape[2]", "input_shape[3]", "sizes[1]"]
+    slots = {s.label(): s for s in c.slots}
+    shape = c.shape({slots["batch_size"]: 3, slots["input_shape[2]"]: 31, slots["input_shape[3]"]: 33})
+    assert shape == {"batch_size": 3, "input_shape": (3, 3, 31, 33), "sizes": [3, 64]}
+    assert c.shape({slots["sizes[1]"]: 63}) == {"sizes": [2, 63]}  # the named element keeps following its constant
+
+
+def test_render_rewrites_only_the_changed_literal_elements():
+    c = read_constants(MIXED)
+    slots = {s.label(): s for s in c.slots}
+    out = render(MIXED, c.shape({slots["batch_size"]: 3, slots["input_shape[2]"]: 31}))
+    assert "input_shape = (batch_size, 3, 31, 224)" in out and "batch_size = 3" in out
+    assert read_constants(out).shape({}) == {}  # the rewritten program has these values as its own
+    shown = read_constants(out)
+    assert shown.default_of("input_shape") == (3, 3, 31, 224)

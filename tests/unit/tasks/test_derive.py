@@ -118,6 +118,35 @@ def get_init_inputs():
 )
 
 
+# KernelBench's ResNet18 style: the image size is written inside a display that also names the batch constant,
+# and training-mode BatchNorm rejects a batch of one at a 1 x 1 map.
+IMAGE_DISPLAY = (
+    HEAD
+    + """
+class Model(nn.Module):
+    def __init__(self, num_classes):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+batch_size = 10
+num_classes = 1000
+input_shape = (batch_size, 3, 2048, 2048)
+
+def get_inputs():
+    return [torch.rand(input_shape)]
+
+def get_init_inputs():
+    return [num_classes]
+"""
+)
+
+
 # A roomy time budget: these tests check the rules, not this (shared, busy) machine's speed.
 CFG = ShapeConfig(cpu_forward_ms=200.0)
 
@@ -241,3 +270,12 @@ def test_env_samples_a_folder_by_level_with_seeded_resets(tmp_path: Path, monkey
     assert set(ids) <= {"level1/a", "level1/b"} and ids[0] == ids[-1]  # same seed, same task
     for info in seen:
         assert info["task_warnings"] == (["single_shape"] if info["task_id"] == "level1/a" else [])
+
+
+def test_image_size_inside_a_display_is_scaled_and_the_batch_stays_above_one(client):
+    d = derive_shapes(IMAGE_DISPLAY, CFG, client)
+    assert len(d.shapes["cpu"]) == 2, d.notes
+    first, odd = d.shapes["cpu"]
+    assert first["input_shape"][2] < 2048 and first["input_shape"][0] >= 2
+    assert odd["input_shape"][2] % 2 == 1 and odd["input_shape"][2] != first["input_shape"][2]
+    assert d.info["cpu"][0]["input_bytes"] <= CFG.cpu_bytes
