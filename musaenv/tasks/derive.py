@@ -65,6 +65,7 @@ class _Deriver:
         self._extents: set[Slot] | None = None
         self.meta_slow = False  # the meta device is too slow for this program: cpu checks run for real
         self.slow_tier = False  # no size met cpu_forward_ms; the tier is held to cpu_forward_max_ms instead
+        self.frozen: dict[Slot, int] = {}  # sizes the cpu search stopped scaling (coupled to a fixed constant)
 
     def probe(self, values: dict[Slot, int], real: bool) -> dict[str, Any]:
         shape = self.consts.shape(values)
@@ -103,9 +104,19 @@ class _Deriver:
         same = (shown.get("inputs"), shown.get("state")) == (reply.get("inputs"), reply.get("state"))
         return bool(ran) and same
 
+    def ladder(self, slot: Slot, value: int) -> list[int]:
+        """:func:`ladder`; for a size scaled below :data:`LARGE` (which :func:`ladder` leaves alone, as it would a
+        kernel size) also its odd neighbours: 2 -> 3 (a batch of 2 is even), 13 -> 11 or 15 (13 is odd already,
+        and the odd shape must differ from the timing one)."""
+        out = ladder(value)
+        scaled = value < slot.value and (slot.value >= LARGE or slot in self.small_extents())
+        if not out and scaled:
+            out = [3] if value == 2 else [v for v in (value - 2, value + 2) if v >= 3]
+        return out
+
     def odd_variant(self, base: dict[Slot, int], base_reply: dict[str, Any], cpu: bool) -> dict[str, Any] | None:
         """The odd shape next to ``base`` (accepted by the reference, with other sizes), or ``None``."""
-        slots = [s for s in self.consts.slots if ladder(base[s])]
+        slots = [s for s in self.consts.slots if self.ladder(s, base[s])]
         if not slots or (self.meta_slow and not cpu):  # gpu sizes of such a program cannot be checked here
             return None
         base_sig = signature(base_reply)
@@ -115,12 +126,12 @@ class _Deriver:
             return bool(small) and signature(r) != base_sig
 
         real_first = cpu and self.meta_slow
-        every = {**base, **{s: ladder(base[s])[0] for s in slots}}
+        every = {**base, **{s: self.ladder(s, base[s])[0] for s in slots}}
         reply = self.probe(every, real=real_first)
         if not good(reply):
             current, sig = dict(base), base_sig
             for slot in sorted(slots, key=lambda s: -base[s]):
-                for cand in ladder(base[slot]):
+                for cand in self.ladder(slot, base[slot]):
                     r = self.probe({**current, slot: cand}, real=real_first)
                     if r.get("ok") and good(r) and signature(r) != sig:
                         current[slot], sig = cand, signature(r)
@@ -153,7 +164,9 @@ class _Deriver:
         extents = self.small_extents()
         out = {}
         for s in self.consts.slots:
-            if s.value >= LARGE:
+            if s in self.frozen:
+                out[s] = self.frozen[s]
+            elif s.value >= LARGE:
                 out[s] = scaled_value(s.value, factor)
             elif s in extents:
                 # at least 2: a batch of one makes training-mode BatchNorm reject a 1 x 1 map, and hides batch bugs
@@ -251,7 +264,7 @@ class _Deriver:
             self.result.notes.append(f"cpu tier: no scaled shape fits {self.config.cpu_bytes:,} bytes ({why})")
             return None
         last: dict[str, Any] = {}
-        slow = k - 1
+        slow, slow_ok = k - 1, None
         while k <= k_max:
             last = self.probe(self.scaled(k), real=True)
             ok = bool(last.get("ok"))
@@ -259,7 +272,7 @@ class _Deriver:
                 # fast: look back for larger sizes the jump skipped; rejected (e.g. too small): they may be left
                 found = self._back_up(slow, k)
                 if found is None and not ok:
-                    k += 1
+                    k += 0 if slow_ok is not None and self._freeze(slow_ok, k) else 1
                     continue
                 k = k if found is None else found
                 last = self.probe(self.scaled(k), real=True)
@@ -268,6 +281,7 @@ class _Deriver:
                 self._note_inconsistent(last)
                 return None
             slow = k
+            slow_ok = k if ok else slow_ok
             ms = last.get("forward_ms")
             # Time falls at least as fast as f^3 (a matmul; convolutions faster): never overshoots a 3-d problem.
             step = math.ceil(STEPS / 3 * math.log2(float(ms) / self.config.cpu_forward_ms)) if ms else 1
@@ -278,6 +292,24 @@ class _Deriver:
         why = last.get("error") or f"{float(last.get('forward_ms') or 0):.1f} ms at the smallest sizes"
         self.result.notes.append(f"cpu tier: no shape within {self.config.cpu_forward_ms:g} ms on one core ({why})")
         return None
+
+    def _freeze(self, accepted: int, rejected: int) -> bool:
+        """Once per file: keep one size at its value at ``accepted`` so that the others scale on to ``rejected``.
+
+        One common factor stops at the first size that a fixed constant bounds (16 channels in 8 groups cannot
+        go below 8), although the other sizes could shrink further: tried smallest size first, on the meta device.
+        """
+        if self.frozen:
+            return False
+        base = self.scaled(accepted)
+        sizes = [s for s in self.consts.slots if base[s] != s.value or s.value >= LARGE]
+        for slot in sorted(sizes, key=lambda s: base[s]):
+            self.frozen = {slot: base[slot]}
+            if self.scaled(rejected) != base and self._status(rejected) != "reject":
+                self.result.notes.append(f"cpu tier: {slot.label()} kept at {base[slot]} while the others scale")
+                return True
+        self.frozen = {}
+        return False
 
     def _slow_fallback(self) -> tuple[dict[str, Any], dict[Slot, int]] | None:
         """The fastest accepted shape run so far, when within ``cpu_forward_max_ms`` (warning ``slow_cpu_tier``)."""
