@@ -102,13 +102,25 @@ class _StageError(Exception):
         super().__init__(f"{stage}: {type(error).__name__}: {str(error)[:300]}")
 
 
+def _meta_model(model_cls: Any, init: list[Any]) -> Any:
+    """``model_cls(*init)`` on the meta device; built on the CPU and moved there when construction reads a value
+    (Swin computes its drop-path rates with ``.item()``), which the meta device cannot give."""
+    try:
+        return model_cls(*init)
+    except (RuntimeError, NotImplementedError) as e:
+        if "meta" not in str(e):
+            raise
+    with torch.device("cpu"):
+        return model_cls(*init).to("meta")
+
+
 def _meta(program: ProgramModule, shape: dict[str, Any], out: dict[str, Any], meta_limit_s: float) -> None:
     """Build, draw and run on the meta device, filling ``out`` as it goes: sizes and bytes, nothing allocated."""
     program.apply_shape(shape)
     mod = program.module
     with torch.device("meta"), torch.no_grad():
         init = _stage("get_init_inputs", lambda: list(mod.get_init_inputs()))
-        model = _stage("Model", lambda: mod.Model(*init))
+        model = _stage("Model", lambda: _meta_model(mod.Model, init))
         state = [list(t.shape) for t in model.state_dict().values() if isinstance(t, torch.Tensor)]
         out["state_bytes"] = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         inputs = _stage("get_inputs", lambda: list(mod.get_inputs()))

@@ -232,11 +232,15 @@ class _Deriver:
         while status == "big" and k < k_max:
             k += 1
             status = self._status(k)
+            if status == "reject" and self._freeze(k - 1, k):  # e.g. an image size the model checks: batch shrinks
+                status = self._status(k)
         if status == "reject":
             found = self._next_fit(k, -1, k_max) if k > 0 else None
             k_fit = found if found is not None else self._next_fit(k, 1, k_max)
             if k_fit is None:
-                return None
+                # every common factor is rejected: a size the model fixes (its image size) is kept at the file's
+                # value, the others shrink (the file's own sizes are accepted, or derivation would not be here)
+                return self._fit_memory(k, k_max) if k > 0 and self._freeze(0, k) else None
             k = k_fit
         elif status != "fit":
             return None
@@ -294,7 +298,8 @@ class _Deriver:
         return None
 
     def _freeze(self, accepted: int, rejected: int) -> bool:
-        """Once per file: keep one size at its value at ``accepted`` so that the others scale on to ``rejected``.
+        """Once per file: keep one size at its value at ``accepted`` (a k the reference accepts) so that the others
+        scale on to ``rejected``.
 
         One common factor stops at the first size that a fixed constant bounds (16 channels in 8 groups cannot
         go below 8), although the other sizes could shrink further: tried smallest size first, on the meta device.
@@ -302,11 +307,15 @@ class _Deriver:
         if self.frozen:
             return False
         base = self.scaled(accepted)
-        sizes = [s for s in self.consts.slots if base[s] != s.value or s.value >= LARGE]
-        for slot in sorted(sizes, key=lambda s: base[s]):
-            self.frozen = {slot: base[slot]}
+        sizes = sorted((s for s in self.consts.slots if base[s] != s.value or s.value >= LARGE), key=lambda s: base[s])
+        # one size at a time, then the sizes sharing a value together (height and width of a square image)
+        groups = [[s] for s in sizes] + [g for v in sorted({base[s] for s in sizes}) if len(g := [
+            s for s in sizes if base[s] == v]) > 1]  # fmt: skip
+        for group in groups:
+            self.frozen = {s: base[s] for s in group}
             if self.scaled(rejected) != base and self._status(rejected) != "reject":
-                self.result.notes.append(f"cpu tier: {slot.label()} kept at {base[slot]} while the others scale")
+                kept = ", ".join(s.label() for s in group)
+                self.result.notes.append(f"cpu tier: {kept} kept at {base[group[0]]} while the others scale")
                 return True
         self.frozen = {}
         return False

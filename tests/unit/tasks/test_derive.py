@@ -147,6 +147,58 @@ def get_init_inputs():
 )
 
 
+# Swin's style: construction reads a value (.item()), which the meta device cannot give; the image size is
+# checked against the model's own, so only the batch can shrink.
+READS_AT_INIT = (
+    HEAD
+    + """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        rates = [x.item() for x in torch.linspace(0, 0.1, 3)]
+        self.scale = float(sum(rates))
+        self.proj = nn.Linear(64 * 64, 16)
+
+    def forward(self, x):
+        assert x.shape[-1] == 64, "image size does not match the model"
+        return self.proj(x.flatten(1)) * self.scale
+
+batch_size = 4096
+image_size = 64
+
+def get_inputs():
+    return [torch.rand(batch_size, image_size, image_size)]
+
+def get_init_inputs():
+    return []
+"""
+)
+
+# One common factor would take the channels below the fixed group count; they stay while the rest shrinks.
+GROUPS_BOUND = (
+    HEAD
+    + """
+class Model(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.norm = nn.GroupNorm(8, channels)
+
+    def forward(self, x):
+        return self.norm(x)
+
+batch_size = 512
+channels = 16
+length = 4096
+
+def get_inputs():
+    return [torch.rand(batch_size, channels, length)]
+
+def get_init_inputs():
+    return [channels]
+"""
+)
+
+
 # A roomy time budget: these tests check the rules, not this (shared, busy) machine's speed.
 CFG = ShapeConfig(cpu_forward_ms=200.0)
 
@@ -278,4 +330,20 @@ def test_image_size_inside_a_display_is_scaled_and_the_batch_stays_above_one(cli
     first, odd = d.shapes["cpu"]
     assert first["input_shape"][2] < 2048 and first["input_shape"][0] >= 2
     assert odd["input_shape"][2] % 2 == 1 and odd["input_shape"][2] != first["input_shape"][2]
+    assert d.info["cpu"][0]["input_bytes"] <= CFG.cpu_bytes
+
+
+def test_a_model_reading_values_at_construction_is_sized_and_its_fixed_image_kept(client):
+    d = derive_shapes(READS_AT_INIT, CFG, client)
+    assert "not_derived" not in d.warnings, d.notes
+    assert len(d.shapes["cpu"]) == 2, d.notes
+    for shape in d.shapes["cpu"]:
+        assert shape.get("image_size", 64) == 64 and 2 <= shape["batch_size"] < 4096
+    assert any("image_size kept at 64" in n for n in d.notes)
+
+
+def test_a_size_bounded_by_a_fixed_constant_is_kept_while_the_others_shrink(client):
+    d = derive_shapes(GROUPS_BOUND, CFG, client)
+    first = d.shapes["cpu"][0]
+    assert first.get("channels", 16) >= 8 and first["batch_size"] * first["length"] < 512 * 4096, d.notes
     assert d.info["cpu"][0]["input_bytes"] <= CFG.cpu_bytes
