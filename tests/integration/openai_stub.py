@@ -94,9 +94,9 @@ class ChatStub:
                 reply, usage = stub._answer(body)
                 cid, now, model = f"chatcmpl-{uuid.uuid4().hex[:12]}", int(time.time()), body.get("model", stub.model)
                 if not body.get("stream"):
-                    message = {"role": "assistant", "content": reply}
+                    choice = {"index": 0, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"}
                     out = {"id": cid, "object": "chat.completion", "created": now, "model": model, "usage": usage,
-                           "choices": [{"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}]}  # fmt: skip
+                           "choices": [choice]}  # fmt: skip
                     self._send(200, json.dumps(out).encode())
                     return
                 base = {"id": cid, "object": "chat.completion.chunk", "created": now, "model": model}

@@ -59,36 +59,38 @@ def test_vf_eval_feeds_the_verdict_back_and_scores_the_episode_return_once(tmp_p
     with ChatStub(_prose_then_relu) as stub:
         cmd = [str(VF_EVAL), TASKSET_ID, "-m", "stub-model",
                "--client.base-url", stub.base_url, "--client.api-key-var", "MUSAENV_STUB_KEY", "--no-push",
-               "--no-rich", "-o", str(tmp_path), "--run.name", "kernelgen", "-n", "1",
+               "--no-rich", "-o", str(tmp_path), "--run.name", "kernelgen", "-n", "1", "-r", "2", "-c", "2",
                "--env.taskset.tasks", '["l1_relu"]', "--env.taskset.max-turns", "2",
                "--env.taskset.eval-config", json.dumps(FAST)]  # fmt: skip
         env = dict(os.environ, MUSAENV_STUB_KEY="sk-local-stub", PATH=_path_with_uv())
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    (line,) = (tmp_path / "kernelgen" / "traces.jsonl").read_text().splitlines()
-    (trace,) = json.loads(line)["traces"]
-    record = trace["info"]["musaenv"]
-    assert trace["ok"] and record["verdicts"] == ["format_error", "correct"], (record, proc.stderr[-4000:])
-    # Multi-turn: the model's second request carries the verifier's feedback as the newest user message.
-    assert len(stub.requests) == 2
-    first, second = (r["messages"] for r in stub.requests)
-    assert [m["role"] for m in second] == ["user", "assistant", "user"]
-    assert second[1]["content"] == PROSE and second[2]["content"] == record["feedback"][0]
-    assert "format_error" in record["feedback"][0] and first[0]["content"] == second[0]["content"]
-    # The reward is the env's shaped return of these two turns, and the only reward (counted once).
-    turns = [{"score": s, "eval": {"stage": v, "task_id": "l1_relu"}} for s, v in zip(record["scores"], record["verdicts"])]
-    expected = _expected_return(turns, max_turns=2)
-    assert list(trace["rewards"]) == ["kernelgen_return"]
-    assert trace["rewards"]["kernelgen_return"]["score"] == pytest.approx(expected) == record["episode_return"]
-    assert trace["metrics"]["solved"] == 1.0 and trace["metrics"]["submissions"] == 2.0
+    lines = (tmp_path / "kernelgen" / "traces.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # two episodes of l1_relu, played at the same time
+    # Multi-turn: each episode's second request carries the verifier's feedback as the newest user message.
+    assert len(stub.requests) == 4 and all(r.get("stream") for r in stub.requests)  # the openai client streams
+    seconds = [r["messages"] for r in stub.requests if len(r["messages"]) > 1]
+    assert len(seconds) == 2 and all([m["role"] for m in s] == ["user", "assistant", "user"] for s in seconds)
+    for line in lines:
+        (trace,) = json.loads(line)["traces"]
+        record = trace["info"]["musaenv"]
+        assert trace["ok"] and record["verdicts"] == ["format_error", "correct"], (record, proc.stderr[-4000:])
+        assert "format_error" in record["feedback"][0]
+        assert [(m[1]["content"], m[2]["content"]) for m in seconds].count((PROSE, record["feedback"][0])) >= 1
+        # The reward is the env's shaped return of these two turns, and the only reward (counted once).
+        turns = zip(record["scores"], record["verdicts"])
+        expected = _expected_return([{"score": s, "eval": {"stage": v, "task_id": "l1_relu"}} for s, v in turns], 2)
+        assert list(trace["rewards"]) == ["kernelgen_return"]
+        assert trace["rewards"]["kernelgen_return"]["score"] == pytest.approx(expected) == record["episode_return"]
+        assert trace["metrics"]["solved"] == 1.0 and trace["metrics"]["submissions"] == 2.0
 
 
 def test_an_episode_without_a_reply_scores_like_the_worst_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", _path_with_uv())  # the subprocess runtime inherits this process's environment
     monkeypatch.setenv("MUSAENV_STUB_KEY", "sk-local-stub")
     with ChatStub(_prose_then_relu) as stub:
-        config = vf.resolve_env_config({"taskset": {"id": TASKSET_ID, "tasks": ["l1_relu"], "eval_config": FAST},
-                                        "agent": {"max_turns": 0}})  # fmt: skip; the run stops before any reply
+        taskset = {"id": TASKSET_ID, "tasks": ["l1_relu"], "eval_config": FAST}
+        config = vf.resolve_env_config({"taskset": taskset, "agent": {"max_turns": 0}})  # stops before any reply
         env = vf.load_environment(config)
         client = vf.EvalClientConfig(base_url=stub.base_url, api_key_var="MUSAENV_STUB_KEY")
         ctx = vf.ModelContext(client=client, model="stub-model", sampling=vf.SamplingConfig())
