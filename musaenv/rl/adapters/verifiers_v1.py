@@ -189,16 +189,23 @@ class KernelGenVerifiersEnv(vf.Env[KernelGenEnvConfig]):
             _, info = env.reset(seed=self._taskset_config.seed)
             async with agents.agent.interaction(task) as interaction:
                 episode = _Episode(env, str(info["task_id"]))
-                segment = await interaction.turn()  # the prompted task: the model speaks first
-                while not segment.terminated:
-                    feedback = await episode.submit(segment.last_reply)
-                    if feedback is None:
-                        break
-                    segment = await interaction.turn(feedback)
-                interaction.trace.info[INFO_KEY] = episode.record()
+                try:
+                    await _play(interaction, episode)
+                finally:  # the scoring hooks read it, also after a failed turn
+                    interaction.trace.info[INFO_KEY] = episode.record()
                 episode.raise_on_infra_error()
         finally:
             env.close()
+
+
+async def _play(interaction: vf.Interaction, episode: _Episode) -> None:
+    """The exchange: the model's reply, the verifier's feedback as the next user turn, until either side ends it."""
+    segment = await interaction.turn()  # a prompted task: the model speaks first
+    while not segment.terminated:
+        feedback = await episode.submit(segment.last_reply)
+        if feedback is None:
+            return
+        segment = await interaction.turn(feedback)
 
 
 class _Episode:
