@@ -12,6 +12,8 @@
   ``musaenv serve`` on openenv-core's server (WebSocket sessions) and its client (extra ``openenv``).
 * :class:`KernelGenSkyRLEnv` (:mod:`~musaenv.rl.adapters.skyrl`): a SkyRL-gym ``BaseTextEnv``, registered as
   ``musaenv`` (extra ``skyrl``).
+* :class:`KernelGenTaskset`, :class:`KernelGenVerifiersEnv` (:mod:`~musaenv.rl.adapters.verifiers_v1`): a
+  verifiers 0.4 taskset with multi-turn feedback, loaded by verifiers as ``musaenv-kernelgen`` (extra ``verifiers``).
 * :func:`serve`, :class:`OpenEnvSession` (:mod:`~musaenv.rl.adapters.openenv_server`): the dependency-free
   single-session HTTP server (``musaenv serve --stdlib``; no ``/ws``).
 
@@ -35,7 +37,9 @@ __all__ = [
     "KernelGenAction",
     "KernelGenClient",
     "KernelGenSkyRLEnv",
+    "KernelGenTaskset",
     "KernelGenToolEnv",
+    "KernelGenVerifiersEnv",
     "OpenEnvSession",
     "close_trl_environment",
     "make_app",
@@ -62,6 +66,8 @@ _LAZY = {
     "KernelGenClient": "musaenv.rl.adapters.openenv_app",
     "make_app": "musaenv.rl.adapters.openenv_app",
     "KernelGenSkyRLEnv": "musaenv.rl.adapters.skyrl",
+    "KernelGenTaskset": "musaenv.rl.adapters.verifiers_v1",
+    "KernelGenVerifiersEnv": "musaenv.rl.adapters.verifiers_v1",
     "serve": "musaenv.rl.adapters.openenv_server",
 }
 
