@@ -10,8 +10,10 @@ prints goes to stderr, so it cannot corrupt a reply). Requests:
   FLOP count come back), then, with ``real``, for real on the CPU, timing ``repeats`` forwards on one thread. With
   ``source`` that program is executed fresh for this check instead (the program as shown for the shape).
 
-A wall-clock alarm interrupts a check after ``limit_s`` (Python-level loops such as a meta-device LSTM stop at
-once; one long native call stops when it returns). The address space is capped with ``RLIMIT_AS`` from the
+An alarm on this process's CPU time interrupts a check after ``limit_s`` CPU seconds (Python-level loops such as
+a meta-device LSTM stop at once; one long native call stops when it returns), so a busy host, which slows a check
+without making it cost more, does not turn an accepted shape into a timeout; a check that hangs without using the
+CPU is killed by the caller's wall-clock backstop. The address space is capped with ``RLIMIT_AS`` from the
 command line, so a huge allocation fails inside this process, never in the caller.
 """
 
@@ -65,15 +67,15 @@ def _cpu_alarm(limit_s: float) -> Iterator[None]:
 @contextmanager
 def _alarm(limit_s: float) -> Iterator[None]:
     def fire(signum: int, frame: Any) -> None:
-        raise _Timeout(f"took longer than {limit_s:g} s")
+        raise _Timeout(f"took more than {limit_s:g} s of CPU time")
 
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, max(0.001, limit_s))
+    old = signal.signal(signal.SIGPROF, fire)
+    signal.setitimer(signal.ITIMER_PROF, max(0.001, limit_s))  # user + system CPU time of this process
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, old)
 
 
 def _describe(values: list[Any]) -> tuple[list[list[Any]], int]:

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # importing torch on a busy 2-core machine took up to ~10 s here; this is the hard stop
 KILL_GRACE_S = 5.0  # the worker's own alarm should answer first; past this the process is killed
+# The worker's alarm counts its CPU time; this backstop counts wall time, for a check that hangs without using the
+# CPU. A busy host stretches wall time (3x at a load of 6 on 2 cores was seen), hence the factor.
+BACKSTOP_FACTOR = 4.0
 
 
 class ProbeError(Exception):
@@ -112,10 +115,10 @@ class ProbeClient:
             if fresh:
                 req["source"] = source
             else:
-                loaded = self.load(source, limit_s + KILL_GRACE_S)
+                loaded = self.load(source, BACKSTOP_FACTOR * limit_s + KILL_GRACE_S)
                 if not loaded.get("ok"):
                     return loaded
-            return self._send(req, limit_s + KILL_GRACE_S)
+            return self._send(req, BACKSTOP_FACTOR * limit_s + KILL_GRACE_S)
         except ProbeError as e:
             self.restarts += 1
             return {"ok": False, "error": str(e), "kind": "worker"}

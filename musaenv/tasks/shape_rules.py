@@ -53,7 +53,8 @@ class ShapeConfig(_Config):
             network with its image size or widths written inside the program) keeps a cpu tier when its forward
             takes at most this, with the warning ``slow_cpu_tier``; slower files get ``no_cpu_tier``.
         repeats: Timed forwards per real check.
-        check_timeout_s: Wall-clock limit of one check (meta or real) in the probe worker.
+        check_timeout_s: CPU-time limit of one check (meta or real) in the probe worker (a wall-clock
+            backstop of a few times this kills a check that hangs without computing).
         file_timeout_s: Budget of a whole file; what is not derived by then keeps fewer shapes (and says so).
         probe_memory_mb: Address-space limit of the probe worker.
         real_limit_bytes: gpu-tier odd shapes are also run for real when inputs + parameters are at most this.
