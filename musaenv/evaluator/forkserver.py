@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from musaenv.evaluator import messages
+
 __all__ = ["ForkServer", "ForkServerError", "acquire", "release"]
 
 log = logging.getLogger(__name__)
@@ -170,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     import musaenv.verification.runtime_profile  # noqa: F401 - imported once, for every child
 
     ready = {"type": "ready", "pid": os.getpid(), "torch": torch.__version__, "musaenv": _package_dir()}
+    ready["protocol"] = messages.PROTOCOL_VERSION
     ready["threads"] = len(os.listdir("/proc/self/task"))  # >1 when a BLAS library started its pool at load
     # A CUDA context made before fork is unusable in every child: the client refuses such a server.
     ready["cuda_initialized"] = bool(torch.cuda.is_initialized())
@@ -240,6 +243,12 @@ class ForkServer:
                     if self.ready.get("cuda_initialized"):
                         self._dead = True
                         raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
+                    if self.ready.get("protocol") != messages.PROTOCOL_VERSION:  # its workers would be refused
+                        self._dead = True
+                        raise ForkServerError(
+                            f"the fork server speaks protocol version {self.ready.get('protocol')!r}, this process "
+                            f"version {messages.PROTOCOL_VERSION}; not forking from it"
+                        )
                     if self.ready.get("musaenv") != _package_dir():  # a worker of other code: false verdicts
                         self._dead = True
                         raise ForkServerError(

@@ -15,6 +15,7 @@ from musaenv.config import EvalConfig
 from musaenv.evaluator import forkserver
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.forkserver import ForkServer
+from musaenv.evaluator.messages import CandidateRequest
 from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.evaluator.process import worker_env as process_env
@@ -38,8 +39,8 @@ def _checked_calls(plan: EvalPlan, run: CandidateRun, probes: int) -> tuple[list
 
     Both depend on how many calls ran, known only now; the probes come from a seed the worker never saw.
     """
-    samples = run.timing[0].get("samples_ms") if run.timing is not None else None
-    if not isinstance(samples, list) or not samples:
+    samples = run.timing[0].samples_ms if run.timing is not None else None
+    if not samples:
         return list(plan.keep), []
     kept = sorted({*plan.keep, len(samples) - 1})
     return kept, plan.probe_calls(len(samples), kept, probes)
@@ -103,9 +104,9 @@ class LocalEvaluator:
         worker = self._spare or self._new_worker()
         self._spare = None
         if not worker.wait_ready(WORKER_START_TIMEOUT_S):
-            tail = worker.log_tail()
+            why = worker.start_error or worker.log_tail()
             worker.close()
-            raise RuntimeError(f"candidate worker did not start: {tail}")
+            raise RuntimeError(f"candidate worker did not start: {why}")
         # Start the next worker now: its start-up overlaps this evaluation.
         self._spare = self._new_worker()
         return worker
@@ -128,25 +129,24 @@ class LocalEvaluator:
             "baseline": t.baseline,
         }
 
-    def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> dict[str, Any]:
+    def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> CandidateRequest:
         t = self.config.timing
-        return {
-            "type": "eval",
-            "task_source": task.source,
-            "candidate": source,
-            "device": self.backend.device,
-            "backend": self.backend.name,
-            "compile_only": self.backend.compile_only,
-            "shapes": [dict(s) for s in plan.shapes],
-            "init_seed": plan.init_seed,
-            "trials": plan.trials_json(),
-            "timing": self._timing_request(plan),
-            "cpu_threads": t.cpu_threads,
-            "allow_processes": self.backend.name == "triton" and self.backend.device != "cpu",
-            "workdir": str(worker.workdir),
-            "sandbox": self.config.sandbox.to_dict(),
-            "runtime": RuntimeSettings.from_config(self.config).to_request(),
-        }
+        return CandidateRequest(
+            task_source=task.source,
+            candidate=source,
+            device=self.backend.device,
+            backend=self.backend.name,
+            compile_only=self.backend.compile_only,
+            shapes=[dict(s) for s in plan.shapes],
+            init_seed=plan.init_seed,
+            trials=plan.trials_json(),
+            timing=self._timing_request(plan),
+            cpu_threads=t.cpu_threads,
+            allow_processes=self.backend.name == "triton" and self.backend.device != "cpu",
+            workdir=str(worker.workdir),
+            sandbox=self.config.sandbox.to_dict(),
+            runtime=RuntimeSettings.from_config(self.config).to_request(),
+        )
 
     def _tolerances(self, task: Task) -> tuple[float, float]:
         atol = self.config.atol if self.config.atol is not None else task.atol

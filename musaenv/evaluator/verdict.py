@@ -72,12 +72,9 @@ def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bo
     if run.timing is None or not ref.rechecks:
         return True
     msg, arrays = run.timing
-    try:
-        if [int(k) for k in msg.get("kept", [])] != list(ref.recheck_calls):
-            return False  # the worker must return exactly the calls the parent rechecks, the last one included
-        counts = [int(c) for c in msg.get("kept_counts", [])]
-    except (TypeError, ValueError):
-        return False
+    if msg.kept != list(ref.recheck_calls):
+        return False  # the worker must return exactly the calls the parent rechecks, the last one included
+    counts = msg.kept_counts
     n_kept = len(ref.recheck_calls)
     if len(counts) != n_kept:
         return False
@@ -86,7 +83,7 @@ def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bo
         if not compare_outputs(arrays[pos : pos + n], rarr, atol, rtol).passed:
             return False
         pos += n
-    prints = msg.get("fingerprints")
+    prints = msg.fingerprints
     checks = list(zip(ref.probe_calls, ref.probe_stats))
     if ref.timing_prints is not None:  # the reference was timed in this run: every timed call is checked
         if not isinstance(prints, list):
@@ -212,7 +209,7 @@ def _with_timing(
 ) -> EvalResult:
     if run.timing is None:
         return result
-    samples = [float(x) for x in run.timing[0]["samples_ms"]]
+    samples = [float(x) for x in run.timing[0].samples_ms]
     if run.timing_layout is not None:
         fresh = first_use_calls(len(samples), *run.timing_layout)
         if len(fresh) >= 3:  # repeated inputs measure an input-keyed cache as well as the kernel: not counted
