@@ -43,9 +43,15 @@ RECORDS: list[messages.Message] = [
     BuildResult(ok=True, name="ext_abc", so_path="/x.so", seconds=1.5),
     Go(),
     CandidateRequest(
-        **RUN, candidate="c", backend="cpu", compile_only=False, allow_processes=False, workdir="/w", sandbox={},
+        **RUN,
+        candidate="c",
+        backend="cpu",
+        compile_only=False,
+        allow_processes=False,
+        workdir="/w",
+        sandbox={},
         runtime=None,
-    ),  # fmt: skip
+    ),
     ReferenceRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
     DrawRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
 ]
