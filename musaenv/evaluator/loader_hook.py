@@ -1,6 +1,6 @@
 """Route a candidate's ``torch.utils.cpp_extension.load_inline`` through musaenv's build service.
 
-Runs inside the candidate worker. The hook turns the call into a :class:`~musaenv.backends.loader.BuildSpec`,
+Runs inside the candidate worker. The hook turns the call into a :class:`~musaenv.backends.buildspec.BuildSpec`,
 asks the parent (which owns the compilers and the content-addressed cache) to build it, and imports the
 resulting module by its content-hash name. The worker itself never starts a compiler, so its sandbox can
 forbid process creation.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from musaenv.backends.loader import BuildSpec
+from musaenv.backends.buildspec import BuildSpec
 from musaenv.evaluator.channel import Channel
 from musaenv.evaluator.messages import BuildRequest, BuildResult
 
