@@ -13,6 +13,11 @@ so its pid cannot be reused by an unrelated process while the parent may still s
 
 The client, :class:`ForkServer`, is thread-safe; :func:`acquire` shares one server among evaluators whose workers
 would get the same environment (an :class:`~musaenv.evaluator.pool.EvaluatorPool`'s, for example).
+
+Why not :mod:`multiprocessing`'s ``forkserver`` start method: its server unpickles what the client sends, its
+children start in multiprocessing's bootstrap (a pickled target and arguments, the resource tracker), and the server
+reaps exited children itself, so a pid can be reused while the parent may still signal it. Here a child must start
+with nothing but its three descriptors, its own session and working directory, and stay unreaped until released.
 """
 
 from __future__ import annotations
