@@ -18,6 +18,13 @@ flags untouched, ``TORCH_EXTENSION_NAME`` set to the module name, every function
     verdict (same source, same flags, same file name as ``load_inline`` would report).
 
 Callers fall back to torch's ``load_inline`` when neither tier can run (e.g. a torch whose flag helpers changed).
+
+Why our own driver rather than a build tool: ``load_inline`` (ninja under it) compiles the candidate's code and
+its pybind11 binding in one translation unit with all of ``torch/extension.h`` every time, and its ``use_pch`` keeps
+one header in site-packages (see :mod:`musaenv.backends.pch`); ccache keys on the whole preprocessed unit, so a new
+candidate never hits. The savings here come from choosing the translation units (the binding apart, shared per
+signature; a precompiled header per flag set in the cache), which no build tool decides for us. The compiler and
+its flags stay torch's.
 """
 
 from __future__ import annotations

@@ -14,6 +14,18 @@ from musaenv.backends.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
+from musaenv.evaluator.messages import (
+    BuildRequest,
+    BuildResult,
+    CandidateRequest,
+    Go,
+    Result,
+    RuntimeReport,
+    Stage,
+    Timing,
+    Trial,
+    decode,
+)
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.evaluator.reference import recv_before
 
@@ -45,7 +57,7 @@ class CandidateRun:
     """
 
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
-    timing: tuple[dict[str, Any], list[np.ndarray]] | None = None
+    timing: tuple[Timing, list[np.ndarray]] | None = None
     failure: tuple[str, str] | None = None
     builds: list[dict[str, Any]] = field(default_factory=list)
     compile_time_s: float = 0.0
@@ -79,20 +91,20 @@ def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
 
 
 def _serve_build(
-    worker: WorkerProcess, msg: dict[str, Any], run: CandidateRun, cfg: EvalConfig, backend: str, compile_only: bool
+    worker: WorkerProcess, msg: BuildRequest, run: CandidateRun, cfg: EvalConfig, backend: str, compile_only: bool
 ) -> float:
     """Build what the worker asked for; returns the seconds spent (excluded from its deadline)."""
     t0 = time.monotonic()
     try:
-        spec = BuildSpec.from_dict(msg["spec"])
+        spec = BuildSpec.from_dict(msg.spec)
         spec = BuildSpec.from_dict({**spec.to_dict(), "backend": backend, "compile_only": compile_only})
     except (KeyError, TypeError, ValueError) as e:
-        worker.chan.send({"type": "build_result", "ok": False, "name": "", "log": f"malformed build request: {e}"})
+        worker.chan.send(BuildResult(ok=False, name="", log=f"malformed build request: {e}").to_dict())
         return time.monotonic() - t0
     problems = check_spec_flags(spec.extra_cflags, spec.extra_cuda_cflags, spec.extra_ldflags, spec.extra_include_paths)
     if problems:  # checked here, in the parent, whatever the static checks recovered: no compiler runs at all
         run.refused_log = "\n".join(p.message() for p in problems)
-        worker.chan.send({"type": "build_result", "ok": False, "name": spec.name, "log": run.refused_log})
+        worker.chan.send(BuildResult(ok=False, name=spec.name, log=run.refused_log).to_dict())
         return time.monotonic() - t0
     outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
     if not outcome.cached:
@@ -101,36 +113,35 @@ def _serve_build(
         run.compile_log = outcome.log
         if outcome.infra_error:
             run.infra_log = outcome.log
-    worker.chan.send({"type": "build_result", **outcome.to_dict()})
+    worker.chan.send(BuildResult.of(outcome).to_dict())
     return time.monotonic() - t0
 
 
-def _handle(msg: dict[str, Any], arrays: list[np.ndarray], run: CandidateRun) -> bool:
+def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarray], run: CandidateRun) -> bool:
     """Record a data message; True when the run is over."""
-    kind = msg.get("type")
-    if kind == "trial":
-        run.trials.append((arrays, [str(d) for d in msg.get("dtypes", [])], [str(f) for f in msg.get("flags", [])]))
-    elif kind == "timing":
+    if isinstance(msg, Trial):
+        run.trials.append((arrays, msg.dtypes, msg.flags))
+    elif isinstance(msg, Timing):
         run.timing = (msg, arrays)
-    elif kind == "runtime" and msg.get("phase") in ("trials", "timing") and msg["phase"] not in run.runtime:
-        run.runtime[str(msg["phase"])] = msg
-        if msg["phase"] == "trials":
+    elif isinstance(msg, RuntimeReport):
+        if msg.phase not in ("trials", "timing") or msg.phase in run.runtime:  # one report per phase
+            raise ProtocolError(f"unexpected runtime report of phase {msg.phase!r}")
+        run.runtime[msg.phase] = msg.flat()
+        if msg.phase == "trials":
             run.runtime_arrays = arrays
-    elif kind == "result":
-        run.builds = list(msg.get("builds") or [])
-        run.warnings = [str(w) for w in msg.get("warnings") or []]
-        run.compile_only = bool(msg.get("compile_only"))
-        if msg.get("failure"):
-            run.failure = (str(msg["failure"]["stage"]), str(msg["failure"]["log"]))
-        return True
     else:
-        raise ProtocolError(f"unexpected message type {kind!r}")
+        run.builds = list(msg.builds)
+        run.warnings = list(msg.warnings)
+        run.compile_only = msg.compile_only
+        if msg.failure is not None:
+            run.failure = (msg.failure.stage, msg.failure.log)
+        return True
     return False
 
 
 def drive_candidate(
     worker: WorkerProcess,
-    request: dict[str, Any],
+    request: CandidateRequest,
     cfg: EvalConfig,
     backend: str,
     compile_only: bool,
@@ -148,22 +159,22 @@ def drive_candidate(
 
 def _drive(
     worker: WorkerProcess,
-    request: dict[str, Any],
+    request: CandidateRequest,
     cfg: EvalConfig,
     backend: str,
     compile_only: bool,
     device_slot: AbstractContextManager[Any],
     stack: ExitStack,
 ) -> CandidateRun:
-    run = CandidateRun(cpu_budget=max(1, int(request.get("cpu_threads") or 1)))
+    run = CandidateRun(cpu_budget=max(1, request.cpu_threads or 1))
     watch = CpuWatch(worker.pid)
     run.cpu = watch.phases
     timeouts = _stage_timeouts(cfg)
-    untimed_free = request.get("device") == "cpu"  # untimed CPU work runs beside other evaluations' timing
+    untimed_free = request.device == "cpu"  # untimed CPU work runs beside other evaluations' timing
     held = False
     phase = "start"
     deadline = time.monotonic() + timeouts[phase]
-    worker.chan.send(request)
+    worker.chan.send(request.to_dict())
     while True:
         try:
             got = recv_before(worker, deadline)
@@ -177,11 +188,12 @@ def _drive(
                     f"the {phase} stage exceeded its {timeouts[phase]:.0f} s limit; the worker was killed",
                 )
                 return run
-            msg, arrays = got
-            if msg.get("type") == "build":
+            msg = decode(got[0], BuildRequest, Stage, Trial, Timing, RuntimeReport, Result)
+            arrays = got[1]
+            if isinstance(msg, BuildRequest):
                 deadline += _serve_build(worker, msg, run, cfg, backend, compile_only)
-            elif msg.get("type") == "stage":
-                phase = str(msg.get("name"))
+            elif isinstance(msg, Stage):
+                phase = msg.name
                 if phase not in timeouts:
                     raise ProtocolError(f"unknown stage {phase!r}")
                 watch.stop()
@@ -193,13 +205,14 @@ def _drive(
                     if phase == "timing":  # extra threads buy no extra cores (cpu_watch.pin_threads)
                         pin_threads(worker.pid, timing_cpus(run.cpu_budget))
                     watch.start(phase)
-                    worker.chan.send({"type": "go"})
+                    worker.chan.send(Go().to_dict())
                 deadline = time.monotonic() + timeouts[phase]
-                if isinstance(msg.get("sandbox"), dict):
-                    run.sandbox = msg["sandbox"]
+                if msg.sandbox is not None:
+                    run.sandbox = msg.sandbox
             else:
-                if msg.get("type") in ("timing", "result") or (msg.get("type") == "runtime" and phase == "trials"):
+                if isinstance(msg, (Timing, Result)) or (isinstance(msg, RuntimeReport) and phase == "trials"):
                     watch.stop()  # the phase's data is here: what follows is the harness's, not the phase's
+                assert isinstance(msg, (Trial, Timing, RuntimeReport, Result))  # what decode allows
                 if _handle(msg, arrays, run):
                     return run
         except EOFError:

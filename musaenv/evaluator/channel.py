@@ -2,7 +2,13 @@
 
 Every message is one JSON frame, optionally followed by raw array frames. Nothing is unpickled: a
 hostile candidate that writes into the worker's pipe can at worst send malformed data, which the parent
-rejects as a protocol error (the candidate's verdict), never code execution in the parent.
+rejects as a protocol error (the candidate's verdict), never code execution in the parent. What the frames
+mean is :mod:`.messages`.
+
+Why not :class:`multiprocessing.connection.Connection`: its ``recv`` unpickles, so a hostile peer's bytes would run
+code in the parent. Its ``recv_bytes`` would carry the JSON frame, but arrays still need a dtype allow-list and a
+size derived from their header before anything is allocated; that is most of this module. A serialisation library
+(msgpack, protobuf) would add a dependency inside the sandboxed worker and leave both checks to us all the same.
 """
 
 from __future__ import annotations

@@ -5,13 +5,19 @@ only forks on request. It never runs a torch operation, touches a device or star
 child begins as a freshly started worker would after its imports: one thread, no CUDA context, no candidate code
 ever run in it. Each child gets its own session, working directory, log file and channel pipes (sent over a Unix
 socket with ``SCM_RIGHTS``), reseeds Python's and numpy's global generators, and then runs the ordinary worker
-(:func:`musaenv.evaluator.worker.serve`), sandbox included.
+(:func:`musaenv.evaluator.worker.serve`), sandbox included. What it runs and preloads is named by its caller
+(:data:`WORKER_ENTRY`, :data:`WORKER_PRELOAD` by default), so this module imports no worker code itself.
 
 Exit statuses are read with ``waitid(WNOWAIT)``: a finished child stays a zombie until the parent *releases* it,
 so its pid cannot be reused by an unrelated process while the parent may still signal it.
 
 The client, :class:`ForkServer`, is thread-safe; :func:`acquire` shares one server among evaluators whose workers
 would get the same environment (an :class:`~musaenv.evaluator.pool.EvaluatorPool`'s, for example).
+
+Why not :mod:`multiprocessing`'s ``forkserver`` start method: its server unpickles what the client sends, its
+children start in multiprocessing's bootstrap (a pickled target and arguments, the resource tracker), and the server
+reaps exited children itself, so a pid can be reused while the parent may still signal it. Here a child must start
+with nothing but its three descriptors, its own session and working directory, and stay unreaped until released.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -32,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from musaenv.evaluator import messages
+
 __all__ = ["ForkServer", "ForkServerError", "acquire", "release"]
 
 log = logging.getLogger(__name__)
@@ -39,6 +48,17 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 30.0
 _MAX_MSG = 64 * 1024
+# The function each child runs, ``module:function`` called as ``function(channel, role)``, and the modules the server
+# imports once for every child (torch first: the ~1.5 s import every fresh worker would pay for).
+WORKER_ENTRY = "musaenv.evaluator.worker:serve"
+WORKER_PRELOAD = (
+    "torch",
+    "musaenv.evaluator.worker",
+    "musaenv.evaluator.reference_worker",
+    "musaenv.evaluator.sandbox",
+    "musaenv.verification.runtime_profile",
+)
+_entry = WORKER_ENTRY  # the server's, set by main()
 
 
 class ForkServerError(Exception):
@@ -71,9 +91,10 @@ def _child(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> int:
     random.seed()  # a fresh interpreter would have drawn these from the OS
     np.random.seed()
     from musaenv.evaluator.channel import Channel
-    from musaenv.evaluator.worker import serve
 
-    return serve(Channel(rfd, wfd), str(req["role"]))
+    module, _, function = _entry.partition(":")
+    serve = getattr(importlib.import_module(module), function)
+    return int(serve(Channel(rfd, wfd), str(req["role"])))
 
 
 def _spawn(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
@@ -160,16 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the server process."""
     p = argparse.ArgumentParser()
     p.add_argument("--fd", type=int, required=True)
+    p.add_argument("--entry", default=WORKER_ENTRY)
+    p.add_argument("--preload", default=",".join(WORKER_PRELOAD))
     a = p.parse_args(argv)
     sock = socket.socket(fileno=a.fd)
-    import torch  # the import every worker would otherwise pay for
+    global _entry
+    _entry = a.entry
+    import torch
 
-    import musaenv.evaluator.reference_worker
-    import musaenv.evaluator.sandbox
-    import musaenv.evaluator.worker
-    import musaenv.verification.runtime_profile  # noqa: F401 - imported once, for every child
+    for name in filter(None, a.preload.split(",")):  # imported once, for every child
+        importlib.import_module(name)
 
     ready = {"type": "ready", "pid": os.getpid(), "torch": torch.__version__, "musaenv": _package_dir()}
+    ready["protocol"] = messages.PROTOCOL_VERSION
     ready["threads"] = len(os.listdir("/proc/self/task"))  # >1 when a BLAS library started its pool at load
     # A CUDA context made before fork is unusable in every child: the client refuses such a server.
     ready["cuda_initialized"] = bool(torch.cuda.is_initialized())
@@ -186,16 +210,21 @@ class ForkServer:
 
     Args:
         env: Environment of the server and therefore of every worker it forks.
+        entry: ``module:function`` each forked worker runs, as ``function(channel, role)``.
+        preload: Modules the server imports once, before any fork.
     """
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(
+        self, env: dict[str, str], entry: str = WORKER_ENTRY, preload: tuple[str, ...] = WORKER_PRELOAD
+    ) -> None:
         self._lock = threading.Lock()
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._logdir = Path(tempfile.mkdtemp(prefix="musaenv-forkserver-"))
         self._log = open(self._logdir / "server.log", "wb")  # noqa: SIM115 - closed in close()
+        server_cmd = [sys.executable, "-m", "musaenv.evaluator.forkserver", "--fd", str(theirs.fileno())]
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "musaenv.evaluator.forkserver", "--fd", str(theirs.fileno())],
+                [*server_cmd, "--entry", entry, "--preload", ",".join(preload)],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
@@ -240,6 +269,12 @@ class ForkServer:
                     if self.ready.get("cuda_initialized"):
                         self._dead = True
                         raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
+                    if self.ready.get("protocol") != messages.PROTOCOL_VERSION:  # its workers would be refused
+                        self._dead = True
+                        raise ForkServerError(
+                            f"the fork server speaks protocol version {self.ready.get('protocol')!r}, this process "
+                            f"version {messages.PROTOCOL_VERSION}; not forking from it"
+                        )
                     if self.ready.get("musaenv") != _package_dir():  # a worker of other code: false verdicts
                         self._dead = True
                         raise ForkServerError(

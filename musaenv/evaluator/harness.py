@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
+from musaenv.evaluator.messages import RunRequest
+
 __all__ = [
     "CudaToDevice",
     "DrawnInputs",
@@ -225,19 +227,19 @@ class DrawnInputs:
         return [program.inputs(int(timing["seed"]) + i) for i in range(int(timing["pool"]))]
 
 
-def draw_inputs(req: dict[str, Any], program: ProgramModule) -> DrawnInputs:
+def draw_inputs(req: RunRequest, program: ProgramModule) -> DrawnInputs:
     """Draw every input of a CPU evaluation before the device is granted (and before candidate code runs).
 
     Drawing is a large part of an evaluation (16 timing inputs of 8 MB take ~0.25 s here); done while the
     evaluation does not hold the device, it overlaps other evaluations' runs instead of serialising with them.
     """
     trials = {}
-    for trial in req["trials"]:
+    for trial in req.trials:
         key = (int(trial["shape_index"]), int(trial["seed"]))
-        program.apply_shape(req["shapes"][key[0]])
+        program.apply_shape(req.shapes[key[0]])
         trials[key] = program.inputs(key[1])
     pool = None
-    if req.get("timing"):
-        program.apply_shape(req["shapes"][0])
-        pool = DrawnInputs.nothing().pool_inputs(program, req["timing"])
+    if req.timing:
+        program.apply_shape(req.shapes[0])
+        pool = DrawnInputs.nothing().pool_inputs(program, req.timing)
     return DrawnInputs(trials, pool)

@@ -1,6 +1,6 @@
 """Route a candidate's ``torch.utils.cpp_extension.load_inline`` through musaenv's build service.
 
-Runs inside the candidate worker. The hook turns the call into a :class:`~musaenv.backends.loader.BuildSpec`,
+Runs inside the candidate worker. The hook turns the call into a :class:`~musaenv.backends.buildspec.BuildSpec`,
 asks the parent (which owns the compilers and the content-addressed cache) to build it, and imports the
 resulting module by its content-hash name. The worker itself never starts a compiler, so its sandbox can
 forbid process creation.
@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from musaenv.backends.loader import BuildSpec
+from musaenv.backends.buildspec import BuildSpec
 from musaenv.evaluator.channel import Channel
+from musaenv.evaluator.messages import BuildRequest, BuildResult
 
 __all__ = ["BuildFailedError", "BuildState", "KernelCalls", "install_loader_hook"]
 
@@ -90,13 +91,13 @@ class BuildState:
     failed: list[str] = field(default_factory=list)
     calls: KernelCalls = field(default_factory=KernelCalls)
 
-    def request(self, spec: BuildSpec) -> dict[str, Any]:
+    def request(self, spec: BuildSpec) -> BuildResult:
         """Ask the parent to build ``spec``; blocks until it answers."""
-        self.chan.send({"type": "build", "spec": spec.to_dict()})
+        self.chan.send(BuildRequest(spec.to_dict()).to_dict())
         while True:
             msg, _ = self.chan.recv()
-            if msg.get("type") == "build_result":
-                return msg
+            if msg.get("type") == BuildResult.TYPE:
+                return BuildResult.from_dict(msg)
 
 
 def _import_extension(name: str, so_path: str) -> types.ModuleType:
@@ -155,14 +156,14 @@ def _build(state: BuildState, kwargs: dict[str, Any]) -> types.ModuleType:
     name = kwargs.get("name")
     spec = BuildSpec.from_load_inline(kwargs, backend=state.backend, compile_only=state.compile_only)
     reply = state.request(spec)
-    state.builds.append({k: reply.get(k) for k in ("name", "ok", "seconds", "cached")})
-    if not reply.get("ok"):
-        state.failed.append(str(reply.get("log", "build failed")))
-        raise BuildFailedError(f"building extension {name!r} failed:\n{reply.get('log', '')}")
+    state.builds.append({"name": reply.name, "ok": reply.ok, "seconds": reply.seconds, "cached": reply.cached})
+    if not reply.ok:
+        state.failed.append(reply.log)
+        raise BuildFailedError(f"building extension {name!r} failed:\n{reply.log}")
     if state.compile_only:
-        return CompiledOnlyModule(str(reply["name"]))
+        return CompiledOnlyModule(reply.name)
     try:
-        module = _import_extension(str(reply["name"]), str(reply["so_path"]))
+        module = _import_extension(reply.name, str(reply.so_path))
     except ImportError as e:
         state.failed.append(f"the extension built but failed to load: {e}")
         raise BuildFailedError(state.failed[-1]) from None

@@ -15,10 +15,11 @@ from musaenv.config import EvalConfig
 from musaenv.evaluator import forkserver
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.forkserver import ForkServer
+from musaenv.evaluator.messages import CandidateRequest
 from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.evaluator.process import worker_env as process_env
-from musaenv.evaluator.reference import ReferenceError_, ReferenceService
+from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
 from musaenv.evaluator.verdict import judge
 from musaenv.tasks.external import check_memory
 from musaenv.tasks.parsing import extract_candidate
@@ -33,13 +34,21 @@ log = logging.getLogger(__name__)
 WORKER_START_TIMEOUT_S = 180.0
 
 
+class _Early(Exception):
+    """A stage of :meth:`LocalEvaluator.evaluate` settled the verdict before the last stage."""
+
+    def __init__(self, result: EvalResult) -> None:
+        super().__init__(result.stage.value)
+        self.result = result
+
+
 def _checked_calls(plan: EvalPlan, run: CandidateRun, probes: int) -> tuple[list[int], list[int]]:
     """Timed calls to recheck in full (the plan's, plus the last one that ran) and to probe by fingerprint.
 
     Both depend on how many calls ran, known only now; the probes come from a seed the worker never saw.
     """
-    samples = run.timing[0].get("samples_ms") if run.timing is not None else None
-    if not isinstance(samples, list) or not samples:
+    samples = run.timing[0].samples_ms if run.timing is not None else None
+    if not samples:
         return list(plan.keep), []
     kept = sorted({*plan.keep, len(samples) - 1})
     return kept, plan.probe_calls(len(samples), kept, probes)
@@ -103,9 +112,9 @@ class LocalEvaluator:
         worker = self._spare or self._new_worker()
         self._spare = None
         if not worker.wait_ready(WORKER_START_TIMEOUT_S):
-            tail = worker.log_tail()
+            why = worker.start_error or worker.log_tail()
             worker.close()
-            raise RuntimeError(f"candidate worker did not start: {tail}")
+            raise RuntimeError(f"candidate worker did not start: {why}")
         # Start the next worker now: its start-up overlaps this evaluation.
         self._spare = self._new_worker()
         return worker
@@ -128,25 +137,24 @@ class LocalEvaluator:
             "baseline": t.baseline,
         }
 
-    def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> dict[str, Any]:
+    def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> CandidateRequest:
         t = self.config.timing
-        return {
-            "type": "eval",
-            "task_source": task.source,
-            "candidate": source,
-            "device": self.backend.device,
-            "backend": self.backend.name,
-            "compile_only": self.backend.compile_only,
-            "shapes": [dict(s) for s in plan.shapes],
-            "init_seed": plan.init_seed,
-            "trials": plan.trials_json(),
-            "timing": self._timing_request(plan),
-            "cpu_threads": t.cpu_threads,
-            "allow_processes": self.backend.name == "triton" and self.backend.device != "cpu",
-            "workdir": str(worker.workdir),
-            "sandbox": self.config.sandbox.to_dict(),
-            "runtime": RuntimeSettings.from_config(self.config).to_request(),
-        }
+        return CandidateRequest(
+            task_source=task.source,
+            candidate=source,
+            device=self.backend.device,
+            backend=self.backend.name,
+            compile_only=self.backend.compile_only,
+            shapes=[dict(s) for s in plan.shapes],
+            init_seed=plan.init_seed,
+            trials=plan.trials_json(),
+            timing=self._timing_request(plan),
+            cpu_threads=t.cpu_threads,
+            allow_processes=self.backend.name == "triton" and self.backend.device != "cpu",
+            workdir=str(worker.workdir),
+            sandbox=self.config.sandbox.to_dict(),
+            runtime=RuntimeSettings.from_config(self.config).to_request(),
+        )
 
     def _tolerances(self, task: Task) -> tuple[float, float]:
         atol = self.config.atol if self.config.atol is not None else task.atol
@@ -162,16 +170,38 @@ class LocalEvaluator:
         return result.replace(eval_time_s=time.perf_counter() - start)
 
     def _evaluate(self, task: Task, response: str, seed: int) -> EvalResult:
+        """One step, stage by stage (docs/architecture.md); a stage that settles the verdict raises :class:`_Early`."""
         base = EvalResult(stage=Stage.FORMAT_ERROR, task_id=task.id, backend=self.backend.name)
+        try:
+            code = self._parse(response, base)
+            static = self._static_checks(code, base)
+            plan, timing = self._plan(task, seed, base)
+            run = self._run_in_worker(task, code, plan, base)
+            ref = self._reference_outputs(task, plan, timing, run, base)
+        except _Early as e:
+            return e.result
+        result = self._judge(task, run, ref, static)
+        return self._triton_aot(task, code, result)
+
+    def _parse(self, response: str, base: EvalResult) -> str:
+        """Stage 1: the candidate's code out of the response (``format_error`` when there is none)."""
         ext = extract_candidate(response, self.config.max_response_chars)
         if ext.code is None or ext.syntax_error is not None:
-            return base.replace(messages=(ext.error or "no candidate",))
-        static = self._static(ext.code)
+            raise _Early(base.replace(messages=(ext.error or "no candidate",)))
+        return ext.code
+
+    def _static_checks(self, code: str, base: EvalResult) -> tuple[str, ...]:
+        """Stage 2: the static checks' warnings (their refusal is the verdict)."""
+        static = self._static(code)
         if isinstance(static, EvalResult):
-            return static.replace(task_id=task.id, backend=self.backend.name)
+            raise _Early(static.replace(task_id=base.task_id, backend=base.backend))
+        return static
+
+    def _plan(self, task: Task, seed: int, base: EvalResult) -> tuple[EvalPlan, dict[str, Any] | None]:
+        """Stage 3: refuse a task known broken, guard memory, draw the plan; the reference starts drawing ahead."""
         if task.source_hash in self._broken_tasks:  # its reference failed before: no worker, no candidate verdict
             why = self._broken_tasks[task.source_hash]
-            return base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(why,))
+            raise _Early(base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(why,)))
         # Memory guard (a usage error, before anything is drawn): derived tasks know their bytes per call.
         sets = self.config.num_trials + (plan_pool(self.config) if self.backend.device == "cpu" else 1)
         check_memory(task, self.tier, self.config.sandbox.address_space_mb, sets)
@@ -179,31 +209,45 @@ class LocalEvaluator:
         timing = self._timing_request(plan)
         if not self.backend.compile_only:
             self._reference.prepare(task, plan, timing)  # its inputs drawn while the candidate runs
+        return plan, timing
+
+    def _run_in_worker(self, task: Task, code: str, plan: EvalPlan, base: EvalResult) -> CandidateRun:
+        """Stage 4: the candidate in a fresh sandboxed worker, its builds served by the parent (:mod:`.candidate`)."""
         try:
-            run = self._run_candidate(task, ext.code, plan)
+            run = self._run_candidate(task, code, plan)
         except RuntimeError as e:
-            return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e),))
+            raise _Early(base.replace(stage=Stage.INFRA_ERROR, messages=(str(e),))) from None
         run.timing_layout = (self.config.timing.warmup, plan.timing_pool)
         if run.failure is not None and run.failure[0] == "input_error":
             broken = self._task_inputs_failed(task, plan, run)
             if broken is not None:
-                return base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(broken,))
+                raise _Early(base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(broken,)))
+        return run
+
+    def _reference_outputs(
+        self, task: Task, plan: EvalPlan, timing: dict[str, Any] | None, run: CandidateRun, base: EvalResult
+    ) -> RefOutputs | None:
+        """Stage 5: the reference's outputs (and timing) for the calls the candidate made; ``None`` when there is
+        nothing to compare (the run failed or only compiled)."""
+        if run.failure is not None or run.compile_only:
+            return None
+        try:
+            # On the CPU an untimed reference run (its timing is cached) needs no exclusive device.
+            timed = self.backend.device != "cpu" or self._reference.needs_timing(task, plan, timing)
+            limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
+            if timed and timing and timing["baseline"] == "compile":
+                limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
+            checked = _checked_calls(plan, run, self.config.timing.probes)
+            with (self._device_slot if timed else None) or nullcontext():
+                return self._reference.run(task, plan, timing, limit_s, *checked)
+        except ReferenceError_ as e:
+            if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on
+                self._broken_tasks[task.source_hash] = f"task refused (its own code fails): {str(e)[:2000]}"
+            raise _Early(base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))) from None
+
+    def _judge(self, task: Task, run: CandidateRun, ref: RefOutputs | None, static: tuple[str, ...]) -> EvalResult:
+        """Stage 6: the verdict (:func:`~musaenv.evaluator.verdict.judge`), the speedup's baseline said."""
         atol, rtol = self._tolerances(task)
-        ref = None
-        if run.failure is None and not run.compile_only:
-            try:
-                # On the CPU an untimed reference run (its timing is cached) needs no exclusive device.
-                timed = self.backend.device != "cpu" or self._reference.needs_timing(task, plan, timing)
-                limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
-                if timed and timing and timing["baseline"] == "compile":
-                    limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
-                checked = _checked_calls(plan, run, self.config.timing.probes)
-                with (self._device_slot if timed else None) or nullcontext():
-                    ref = self._reference.run(task, plan, timing, limit_s, *checked)
-            except ReferenceError_ as e:
-                if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on
-                    self._broken_tasks[task.source_hash] = f"task refused (its own code fails): {str(e)[:2000]}"
-                return base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))
         result = judge(
             run,
             ref,
@@ -221,7 +265,7 @@ class LocalEvaluator:
                 warnings=(*result.warnings, "baseline_eager_fallback"),
                 messages=(*result.messages, f"Speedup is against the eager reference: {ref.timing_note}"),
             )
-        return self._triton_aot(task, ext.code, result)
+        return result
 
     def _task_inputs_failed(self, task: Task, plan: EvalPlan, run: CandidateRun) -> str | None:
         """Drawing inputs failed in the candidate's worker: the task's fault when the reference process (which never

@@ -17,6 +17,7 @@ from typing import IO
 from musaenv import _env
 from musaenv.evaluator.channel import Channel, ProtocolError
 from musaenv.evaluator.forkserver import ForkServer, ForkServerError
+from musaenv.evaluator.messages import read_hello
 from musaenv.evaluator.proctree import kill_tree, start_time
 
 __all__ = ["WorkerProcess", "worker_env"]
@@ -87,6 +88,7 @@ class WorkerProcess:
             os.close(cr)
             os.close(cw)
         self.ready = False
+        self.start_error = ""  # why the worker's hello was refused (another protocol version), if it was
         self._status_lost = False
         self.started = time.monotonic()
 
@@ -113,15 +115,20 @@ class WorkerProcess:
         return birth is not None and birth == self._birth
 
     def wait_ready(self, timeout_s: float) -> bool:
-        """Wait for the worker's hello (torch imported); False on timeout or death."""
+        """Wait for the worker's hello (torch imported); False on timeout, death or a refused hello
+        (:attr:`start_error` then says why: e.g. a worker of another protocol version)."""
         if self.ready:
             return True
         remaining = timeout_s - (time.monotonic() - self.started)
         try:
             if self.chan.poll(max(remaining, 0.0)):
                 msg, _ = self.chan.recv()
-                self.ready = msg.get("type") == "ready"
-        except (EOFError, ProtocolError, OSError):
+                read_hello(msg)
+                self.ready = True
+        except ProtocolError as e:
+            self.start_error = str(e)
+            return False
+        except (EOFError, OSError):
             return False
         return self.ready
 

@@ -1,7 +1,10 @@
 """Process-tree helpers for the parent of a worker: find, count and kill what a worker started.
 
-Pure Python over Linux ``/proc``. The kernel here has no ``/proc/<pid>/task/<tid>/children`` (it needs
-CONFIG_PROC_CHILDREN), so the tree is rebuilt from the parent pid in every ``/proc/<pid>/stat``.
+Process facts (parents, start times, CPU seconds, threads) come from :mod:`psutil`. Kept here, because psutil has no
+such thing: the freeze-then-kill of a whole tree, process group and session (:func:`kill_tree`; psutil kills one
+process at a time and knows no process groups or sessions), and the count of a process's sockets in *its own*
+network namespace (:func:`open_inet_sockets`; psutil reads the caller's ``/proc/net`` tables, and a sandboxed
+worker has a namespace of its own).
 """
 
 from __future__ import annotations
@@ -13,55 +16,42 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+import psutil
+
 __all__ = ["cpu_seconds", "descendants", "kill_tree", "open_inet_sockets", "start_time", "thread_count"]
 
 _PROC = Path("/proc")
 
 
 class _Stat(NamedTuple):
-    state: str
     ppid: int
     pgrp: int
     session: int
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3 onwards of ``/proc/<pid>/stat`` (``None`` when the process is gone)."""
+def start_time(pid: int) -> float | None:
+    """When the process started (tells it apart from a later one that reuses its pid); ``None`` when it is gone."""
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
+        return float(psutil.Process(pid).create_time())
+    except psutil.NoSuchProcess:
         return None
-    # The command name (field 2) is in parentheses and may itself contain spaces or ')' (proc(5)).
-    return text[text.rindex(")") + 2 :].split()
-
-
-def _read_stat(pid: int) -> _Stat | None:
-    fields = _stat_fields(pid)
-    return None if fields is None else _Stat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
-
-
-def start_time(pid: int) -> str | None:
-    """Field 22 of ``/proc/<pid>/stat``: tells a process apart from a later one that reuses its pid."""
-    fields = _stat_fields(pid)
-    return None if fields is None else fields[19]
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process, all its threads together, exited ones included (fields 14-15 of
-    ``/proc/<pid>/stat``, in clock ticks: 10 ms resolution); ``None`` when it is gone."""
-    fields = _stat_fields(pid)
-    if fields is None:
+    """User + system CPU seconds of a process, all its threads together, exited ones included (10 ms resolution:
+    the kernel counts clock ticks); ``None`` when it is gone."""
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.NoSuchProcess:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float(t.user + t.system)
 
 
 def _snapshot() -> dict[int, _Stat]:
     out: dict[int, _Stat] = {}
-    for entry in os.listdir(_PROC):
-        if entry.isdigit():
-            st = _read_stat(int(entry))
-            if st is not None:
-                out[int(entry)] = st
+    for p in psutil.process_iter(["ppid"]):
+        with contextlib.suppress(OSError):  # gone since it was listed
+            out[p.pid] = _Stat(int(p.info["ppid"] or 0), os.getpgid(p.pid), os.getsid(p.pid))
     return out
 
 
@@ -90,12 +80,17 @@ def descendants(pid: int) -> list[int]:
     Returns:
         Sorted pids; empty when ``pid`` has no children or does not exist.
     """
-    return _descendants_in(pid, _snapshot())
+    try:
+        return sorted(c.pid for c in psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _gone(pid: int) -> bool:
-    st = _read_stat(pid)
-    return st is None or st.state in ("Z", "X")
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -154,20 +149,15 @@ def kill_tree(pid: int, sig: int = signal.SIGKILL, *, timeout_s: float = 2.0) ->
 
 
 def thread_count(pid: int | None = None) -> int:
-    """Number of threads of a process (``Threads:`` in ``/proc/<pid>/status``); ``None`` means this process.
+    """Number of threads of a process; ``None`` means this process.
 
     Raises:
         ProcessLookupError: The process does not exist.
     """
-    path = _PROC / ("self" if pid is None else str(pid)) / "status"
     try:
-        text = path.read_text()
-    except FileNotFoundError as exc:
+        return int(psutil.Process(pid).num_threads())
+    except psutil.NoSuchProcess as exc:
         raise ProcessLookupError(f"no process {pid}") from exc
-    for line in text.splitlines():
-        if line.startswith("Threads:"):
-            return int(line.split()[1])
-    raise ProcessLookupError(f"no Threads line in {path}")
 
 
 def _inet_inodes(pid: int) -> set[str]:

@@ -25,6 +25,7 @@ from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.integrity import read_sealed, write_sealed
+from musaenv.evaluator.messages import DrawRequest, ReferenceRequest, Result, Timing, Trial, TrialStats, decode
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.evaluator.process import WorkerProcess
 from musaenv.tasks.task import Task
@@ -153,10 +154,10 @@ class ReferenceService:
                 self._worker.close()
             self._worker = WorkerProcess("reference", self.cpu_threads, self.extra_env, self.fork_server)
         if not self._worker.wait_ready(WORKER_START_TIMEOUT_S):
-            tail = self._worker.log_tail()
+            why = self._worker.start_error or self._worker.log_tail()
             self._worker.close()
             self._worker = None
-            raise ReferenceError_(f"the reference worker did not start:\n{tail}")
+            raise ReferenceError_(f"the reference worker did not start:\n{why}")
         return self._worker
 
     def run(
@@ -194,23 +195,23 @@ class ReferenceService:
         timing_cfg: dict[str, Any] | None,
         calls: Sequence[int] | None = None,
         probes: Sequence[int] = (),
-    ) -> dict[str, Any]:
+        kind: type[ReferenceRequest] = ReferenceRequest,
+    ) -> ReferenceRequest:
         cached = self.cached_timing(task, plan) if timing_cfg else None
         stats = [{"shape_index": k, "seed": seed, "stats": True} for k, seed in plan.recheck_trials(probes)]
-        return {
-            "type": "reference",
-            "task_hash": task.source_hash,
-            "task_source": task.source,
-            "shapes": [dict(s) for s in plan.shapes],
-            "init_seed": plan.init_seed,
-            "device": self.device,
-            "cpu_threads": self.cpu_threads,
-            "trials": plan.trials_json(plan.recheck_trials(calls)) + stats,
-            "timing": timing_cfg if (timing_cfg and cached is None) else None,
-            "draw_id": _draw_id(task, plan),
-            "atol": task.atol,
-            "rtol": task.rtol,
-        }
+        return kind(
+            task_hash=task.source_hash,
+            task_source=task.source,
+            shapes=[dict(s) for s in plan.shapes],
+            init_seed=plan.init_seed,
+            device=self.device,
+            cpu_threads=self.cpu_threads,
+            trials=plan.trials_json(plan.recheck_trials(calls)) + stats,
+            timing=timing_cfg if (timing_cfg and cached is None) else None,
+            draw_id=_draw_id(task, plan),
+            atol=float(task.atol),
+            rtol=float(task.rtol),
+        )
 
     def needs_timing(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> bool:
         """True when :meth:`run` will time the reference (timing requested and not cached yet)."""
@@ -225,7 +226,7 @@ class ReferenceService:
             return  # GPU-tier inputs are large; drawn in the run, straight to the device
         try:
             worker = self._ensure_worker()
-            worker.chan.send({**self._request(task, plan, timing_cfg), "type": "draw"})
+            worker.chan.send(self._request(task, plan, timing_cfg, kind=DrawRequest).to_dict())
         except (ReferenceError_, OSError) as e:
             log.debug("reference inputs not drawn ahead: %s", e)
 
@@ -240,12 +241,12 @@ class ReferenceService:
     ) -> RefOutputs:
         worker = self._ensure_worker()
         req = self._request(task, plan, timing_cfg, calls, probes)
-        cached = self._cached(task, plan) if timing_cfg and not req["timing"] else None
-        if req["timing"] and self.device == "cpu":  # timed on the same cores a candidate's timed calls get
+        cached = self._cached(task, plan) if timing_cfg and not req.timing else None
+        if req.timing and self.device == "cpu":  # timed on the same cores a candidate's timed calls get
             pin_threads(worker.pid, timing_cpus(self.cpu_threads))
         else:
             pin_threads(worker.pid, set(os.sched_getaffinity(0)))
-        worker.chan.send(req)
+        worker.chan.send(req.to_dict())
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
         out.timing_note = cached[1] if cached else ""
         collected: list[tuple[list[np.ndarray], list[str]]] = []
@@ -254,20 +255,20 @@ class ReferenceService:
             got = recv_before(worker, deadline)
             if got is None:
                 raise TimeoutError(f"reference for {task.id} took longer than {timeout_s:.0f} s")
-            msg, arrays = got
-            if msg.get("type") == "trial" and "stats" in msg:
-                out.probe_stats.append(msg["stats"])
-            elif msg.get("type") == "trial":
-                collected.append((arrays, list(msg.get("dtypes", []))))
-            elif msg.get("type") == "timing":
-                out.timing = TimingStats.from_samples(msg["samples_ms"])
-                out.timing_note = str(msg.get("baseline_note", ""))
-                if msg.get("baseline", "eager") == "eager" and isinstance(msg.get("fingerprints"), list):
-                    out.timing_prints = msg["fingerprints"]
+            msg, arrays = decode(got[0], TrialStats, Trial, Timing, Result), got[1]
+            if isinstance(msg, TrialStats):
+                out.probe_stats.append(msg.stats)
+            elif isinstance(msg, Trial):
+                collected.append((arrays, msg.dtypes))
+            elif isinstance(msg, Timing):
+                out.timing = TimingStats.from_samples(msg.samples_ms)
+                out.timing_note = msg.baseline_note
+                if msg.baseline == "eager":
+                    out.timing_prints = msg.fingerprints
                 self._store_timing(task, plan, out.timing, out.timing_note)
-            elif msg.get("type") == "result":
-                if msg.get("failure"):
-                    raise ReferenceError_(f"the reference program of {task.id} failed:\n{msg['failure']['log']}")
+            elif isinstance(msg, Result):
+                if msg.failure is not None:
+                    raise ReferenceError_(f"the reference program of {task.id} failed:\n{msg.failure.log}")
                 break
         n = len(plan.trials)
         out.trials, out.rechecks = collected[:n], collected[n:]

@@ -1,11 +1,13 @@
 """Reference worker loop: trusted reference programs only, many requests, in a process no candidate touched.
 
-Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`):
+Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`; records of :mod:`.messages`):
 
-* ``draw``: draw a coming request's inputs now (CPU only), while the candidate still runs and does not hold the
-  device, so the reference's turn on the device is shorter. No reply; a failed draw is simply redone later.
-* ``reference``: correctness trials (and timing, unless cached) of the task's ``Model``; answered with ``trial``
-  and ``timing`` messages and a ``result``. Uses the drawn inputs when its ``draw_id`` matches the last draw.
+* ``draw`` (:class:`~.messages.DrawRequest`): draw a coming request's inputs now (CPU only), while the candidate
+  still runs and does not hold the device, so the reference's turn on the device is shorter. No reply; a failed
+  draw is simply redone later.
+* ``reference`` (:class:`~.messages.ReferenceRequest`): correctness trials (and timing, unless cached) of the
+  task's ``Model``; answered with ``trial``, ``trial_stats`` and ``timing`` messages and a ``result``. Uses the
+  drawn inputs when its ``draw_id`` matches the last draw.
 * ``shutdown``.
 """
 
@@ -15,7 +17,8 @@ from typing import Any
 
 import torch
 
-from musaenv.evaluator.channel import Channel
+from musaenv.evaluator.channel import Channel, ProtocolError
+from musaenv.evaluator.failures import format_exc
 from musaenv.evaluator.harness import (
     DrawnInputs,
     ProgramModule,
@@ -24,28 +27,29 @@ from musaenv.evaluator.harness import (
     load_program,
     to_device,
 )
-from musaenv.evaluator.worker import configure_device, format_exc, run_timing, run_trials
+from musaenv.evaluator.messages import DrawRequest, Failure, ReferenceRequest, Result, Shutdown, decode
+from musaenv.evaluator.trials import configure_device, run_timing, run_trials
 from musaenv.timing.timers import clone_args
 
 __all__ = ["serve_reference"]
 
 
-def _program(cache: dict[str, ProgramModule], req: dict[str, Any]) -> ProgramModule:
-    key = str(req["task_hash"])
+def _program(cache: dict[str, ProgramModule], req: ReferenceRequest) -> ProgramModule:
+    key = req.task_hash
     if key not in cache:
-        device = torch.device(req["device"])
+        device = torch.device(req.device)
         cache[key] = ProgramModule(
-            load_program(req["task_source"], "reference", "<reference>"),
+            load_program(req.task_source, "reference", "<reference>"),
             device if device.type == "cuda" else None,
             device=device,
         )
     return cache[key]
 
 
-def _draw(cache: dict[str, ProgramModule], req: dict[str, Any]) -> tuple[str, DrawnInputs] | None:
+def _draw(cache: dict[str, ProgramModule], req: DrawRequest) -> tuple[str, DrawnInputs] | None:
     try:
         configure_device(req)
-        return str(req["draw_id"]), draw_inputs(req, _program(cache, req))
+        return req.draw_id, draw_inputs(req, _program(cache, req))
     except Exception:  # drawn again (and reported) by the reference request itself
         return None
 
@@ -57,17 +61,17 @@ class ImpureReference(Exception):
     """The reference's output for one input changes from one call to the next: the task cannot be verified."""
 
 
-def _purity(program: ProgramModule, req: dict[str, Any], device: torch.device) -> str:
+def _purity(program: ProgramModule, req: ReferenceRequest, device: torch.device) -> str:
     """``""`` when a fresh reference model gives the same outputs (within the task's tolerance) on two calls with
     one input, else why not. Every check here (trials, rechecks, repeats, timed-call fingerprints) assumes a pure
     forward: a model that keeps state between calls (an RNN starting each call from the ``self.hidden`` its last
     call stored) or draws random numbers would make honest kernels look wrong.
     """
-    model = program.build_model(program.module.Model, req["shapes"][0], req["init_seed"], device)
-    args = to_device(program.inputs(req["init_seed"] + 2), device)
+    model = program.build_model(program.module.Model, req.shapes[0], req.init_seed, device)
+    args = to_device(program.inputs(req.init_seed + 2), device)
     with torch.no_grad():
         runs = [[o.detach().clone() for o in flatten_outputs(model(*clone_args(args)))] for _ in range(2)]
-    atol, rtol = float(req.get("atol", 1e-4)), float(req.get("rtol", 1e-4))
+    atol, rtol = req.atol, req.rtol
     for i, (a, b) in enumerate(zip(*runs)):
         if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
             continue
@@ -85,23 +89,23 @@ def _purity(program: ProgramModule, req: dict[str, Any], device: torch.device) -
     return ""
 
 
-def _run(chan: Channel, req: dict[str, Any], program: ProgramModule, drawn: DrawnInputs) -> None:
+def _run(chan: Channel, req: ReferenceRequest, program: ProgramModule, drawn: DrawnInputs) -> None:
     device = configure_device(req)
-    key = str(req["task_hash"])
+    key = req.task_hash
     if key not in _PURITY:  # once per task and worker
         _PURITY[key] = _purity(program, req, device)
     if _PURITY[key]:
         raise ImpureReference(_PURITY[key])
     model_cls = program.module.Model
-    models = run_trials(chan, req, program, model_cls, device, guarded=False, drawn=drawn)
-    if req.get("timing"):
+    models = run_trials(chan, req, program, model_cls, device, None, drawn=drawn)
+    if req.timing:
         if 0 not in models:
-            models[0] = program.build_model(model_cls, req["shapes"][0], req["init_seed"], device)
+            models[0] = program.build_model(model_cls, req.shapes[0], req.init_seed, device)
         baseline: Any = models[0]
         note: dict[str, Any] = {}
-        if req["timing"].get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
-            program.apply_shape(req["shapes"][0])
-            pool = drawn.pool_inputs(program, req["timing"])
+        if req.timing.get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
+            program.apply_shape(req.shapes[0])
+            pool = drawn.pool_inputs(program, req.timing)
             drawn = DrawnInputs(drawn.trials, pool)  # drawn once, for the compiling call and the timing
             baseline, note = _compiled(models[0], pool, device)
         eager = note.get("baseline", "eager") == "eager"  # compiled outputs may differ within tolerance
@@ -130,20 +134,26 @@ def serve_reference(chan: Channel) -> None:
     pending: tuple[str, DrawnInputs] | None = None
     while True:
         try:
-            req, _ = chan.recv()
+            msg, _ = chan.recv()
         except EOFError:
             return
-        kind = req.get("type")
-        if kind == "shutdown":
+        try:
+            req = decode(msg, Shutdown, DrawRequest, ReferenceRequest)
+        except ProtocolError as e:  # the parent's own request: answered as the harness's failure
+            if msg.get("type") != DrawRequest.TYPE:  # a draw gets no reply: its inputs are drawn again later
+                chan.send(Result(failure=Failure("infra_error", f"malformed reference request: {e}")).to_dict())
+            continue
+        if isinstance(req, Shutdown):
             return
-        if kind == "draw":
+        if isinstance(req, DrawRequest):
             pending = _draw(cache, req)
             continue
-        drawn = pending[1] if pending is not None and pending[0] == req.get("draw_id") else DrawnInputs.nothing()
+        assert isinstance(req, ReferenceRequest)  # the last type decode allows
+        drawn = pending[1] if pending is not None and pending[0] == req.draw_id else DrawnInputs.nothing()
         pending = None
         try:
             _run(chan, req, _program(cache, req), drawn)
-            chan.send({"type": "result"})
+            chan.send(Result().to_dict())
         except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
             log = str(e) if isinstance(e, ImpureReference) else format_exc(e)
-            chan.send({"type": "result", "failure": {"stage": "infra_error", "log": log}})
+            chan.send(Result(failure=Failure("infra_error", log)).to_dict())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import over_budget
@@ -12,7 +13,16 @@ from musaenv.types import EvalResult, Stage, TimingStats
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
-__all__ = ["judge"]
+__all__ = [
+    "TrialComparison",
+    "attach_timing",
+    "base_result",
+    "cheating_flags",
+    "compare_trials",
+    "early_verdict",
+    "judge",
+    "timed_outputs_agree",
+]
 
 # Flags the worker raises on outputs and inputs, with the sentence the policy reads.
 WORKER_FLAGS = {
@@ -45,9 +55,31 @@ def _truncate(text: str, limit: int) -> str:
     return f"{text[:half]}\n... [{len(text) - limit} characters cut] ...\n{text[-half:]}"
 
 
-def _compare_trials(
-    run: CandidateRun, ref: RefOutputs, atol: float, rtol: float
-) -> tuple[int, float | None, float | None, list[str], list[str], list[bool]]:
+@dataclass(frozen=True)
+class TrialComparison:
+    """The candidate's correctness trials against the reference's, trial by trial.
+
+    Attributes:
+        passed: Trials whose outputs match and that the worker raised no flag on.
+        total: Reference trials (the number that must pass).
+        max_abs_error: Worst absolute error over all trials (``None``: nothing comparable).
+        max_rel_error: Worst relative error over all trials.
+        messages: Why the first (up to 3) failing trials failed.
+        flags: The worker's flags on any trial (each once, in order).
+        mask: Per trial, whether it passed (the runtime checks compare only passing trials).
+    """
+
+    passed: int
+    total: int
+    max_abs_error: float | None
+    max_rel_error: float | None
+    messages: tuple[str, ...]
+    flags: tuple[str, ...]
+    mask: tuple[bool, ...]
+
+
+def compare_trials(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> TrialComparison:
+    """Compare each trial's outputs with the reference's (``run.trials`` and ``ref.trials`` pair up in order)."""
     passed, worst_abs, worst_rel = 0, None, None
     messages: list[str] = []
     flags: list[str] = []
@@ -63,21 +95,18 @@ def _compare_trials(
             passed += 1
         elif cmp.reason and len(messages) < 3:
             messages.append(f"trial {i + 1}: {cmp.reason}")
-    return passed, worst_abs, worst_rel, messages, flags, mask
+    return TrialComparison(passed, len(ref.trials), worst_abs, worst_rel, tuple(messages), tuple(flags), tuple(mask))
 
 
-def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bool:
+def timed_outputs_agree(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bool:
     """True when the kept timed outputs match the reference for the same inputs, and the probed calls'
     fingerprints are consistent with it (every call's, when the eager reference was timed in this run)."""
     if run.timing is None or not ref.rechecks:
         return True
     msg, arrays = run.timing
-    try:
-        if [int(k) for k in msg.get("kept", [])] != list(ref.recheck_calls):
-            return False  # the worker must return exactly the calls the parent rechecks, the last one included
-        counts = [int(c) for c in msg.get("kept_counts", [])]
-    except (TypeError, ValueError):
-        return False
+    if msg.kept != list(ref.recheck_calls):
+        return False  # the worker must return exactly the calls the parent rechecks, the last one included
+    counts = msg.kept_counts
     n_kept = len(ref.recheck_calls)
     if len(counts) != n_kept:
         return False
@@ -86,38 +115,18 @@ def _recheck(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bo
         if not compare_outputs(arrays[pos : pos + n], rarr, atol, rtol).passed:
             return False
         pos += n
-    prints = msg.get("fingerprints")
+    prints = msg.fingerprints
     checks = list(zip(ref.probe_calls, ref.probe_stats))
     if ref.timing_prints is not None:  # the reference was timed in this run: every timed call is checked
-        if not isinstance(prints, list):
-            return False
         checks += list(enumerate(ref.timing_prints[: len(prints)]))
-    if not checks:
-        return True
-    if not isinstance(prints, list):
-        return False
     return all(0 <= call < len(prints) and fingerprints_agree(prints[call], st, atol, rtol) for call, st in checks)
 
 
-def judge(
-    run: CandidateRun,
-    ref: RefOutputs | None,
-    *,
-    task_id: str,
-    backend: str,
-    device: str,
-    atol: float,
-    rtol: float,
-    log_chars: int,
-    static_warnings: Sequence[str] = (),
-    runtime: RuntimeSettings | None = None,
+def base_result(
+    run: CandidateRun, task_id: str, backend: str, device: str, log_chars: int, static_warnings: Sequence[str]
 ) -> EvalResult:
-    """Assemble the verdict of a candidate run (``ref`` is ``None`` when the candidate never produced outputs).
-
-    ``runtime`` says how the worker's runtime reports are judged (:mod:`musaenv.verification.runtime`); ``None``
-    judges only what the worker reported with the default speedup ceiling.
-    """
-    base = EvalResult(
+    """What every verdict of this run carries: ids, build facts, the sandbox and CPU reports (stage unset)."""
+    return EvalResult(
         stage=Stage.INFRA_ERROR,
         task_id=task_id,
         backend=backend,
@@ -128,6 +137,11 @@ def judge(
         compiler_log=_truncate(run.compile_log, log_chars),
         extra={"builds": run.builds, "sandbox": run.sandbox, "cpu": [u.to_dict() for u in run.cpu]},
     )
+
+
+def early_verdict(run: CandidateRun, base: EvalResult, log_chars: int) -> EvalResult | None:
+    """The verdict of a run that produced no outputs to compare (build service failure, refused build, a failed
+    or cut-short worker, compile-only); ``None`` when the run's outputs must be compared."""
     if run.infra_log:
         return base.replace(
             stage=Stage.INFRA_ERROR,
@@ -148,42 +162,86 @@ def judge(
         return base.replace(
             stage=Stage(stage),
             flags=tuple(run.flags),
-            device=None if is_compile else device,
+            device=None if is_compile else base.device,
             compiler_log=_truncate(text if is_compile else run.compile_log, log_chars),
             runtime_log="" if is_compile else _truncate(text, log_chars),
         )
     if run.compile_only:
+        b = base.backend
         return base.replace(
             stage=Stage.COMPILED,
             device=None,
-            messages=(f"compiled for {backend}; no {backend} device here, so correctness and timing were not run",),
+            messages=(f"compiled for {b}; no {b} device here, so correctness and timing were not run",),
         )
-    assert ref is not None
-    settings = runtime or RuntimeSettings(policy="strict", checks=True)
-    passed, worst_abs, worst_rel, messages, flags, mask = _compare_trials(run, ref, atol, rtol)
-    if ref.trials and all(trivial_output_passes(r, atol, rtol) for r, _ in ref.trials):
-        base = base.replace(warnings=(*base.warnings, "degenerate_task_zeros_pass"))
-    rt = _assess(run, ref, mask, (atol, rtol), settings)
-    result = base.replace(
-        trials_passed=passed,
-        trials_total=len(ref.trials),
-        max_abs_error=worst_abs,
-        max_rel_error=worst_rel,
-        extra={**base.extra, "runtime": rt.extra},
-    )
-    if passed == len(ref.trials) and not _recheck(run, ref, atol, rtol):
+    return None
+
+
+def cheating_flags(
+    run: CandidateRun,
+    ref: RefOutputs,
+    trials: TrialComparison,
+    rt: RuntimeFindings,
+    device: str,
+    tol: tuple[float, float],
+) -> list[str]:
+    """Every cheating flag of a run that produced outputs: the worker's, a timed-output mismatch (checked only
+    when every trial passed), cores over budget while timed, and the runtime findings', each once."""
+    flags = list(trials.flags)
+    if trials.passed == trials.total and not timed_outputs_agree(run, ref, *tol):
         flags.append("timed_output_mismatch")
     if _cpu_overuse(run, device):
         flags.append("cpu_overuse")
     flags.extend(f for f in rt.flags if f not in flags)
+    return flags
+
+
+def judge(
+    run: CandidateRun,
+    ref: RefOutputs | None,
+    *,
+    task_id: str,
+    backend: str,
+    device: str,
+    atol: float,
+    rtol: float,
+    log_chars: int,
+    static_warnings: Sequence[str] = (),
+    runtime: RuntimeSettings | None = None,
+) -> EvalResult:
+    """Assemble the verdict of a candidate run (``ref`` is ``None`` when the candidate never produced outputs).
+
+    In order: :func:`early_verdict`; :func:`compare_trials`; the runtime findings; :func:`cheating_flags`
+    (timed-output rechecks included); then ``cheating``, ``incorrect``, or ``correct`` with its timing
+    (:func:`attach_timing`). ``runtime`` says how the worker's runtime reports are judged
+    (:mod:`musaenv.verification.runtime`); ``None`` judges only what the worker reported with the default
+    speedup ceiling.
+    """
+    base = base_result(run, task_id, backend, device, log_chars, static_warnings)
+    early = early_verdict(run, base, log_chars)
+    if early is not None:
+        return early
+    assert ref is not None
+    settings = runtime or RuntimeSettings(policy="strict", checks=True)
+    trials = compare_trials(run, ref, atol, rtol)
+    if ref.trials and all(trivial_output_passes(r, atol, rtol) for r, _ in ref.trials):
+        base = base.replace(warnings=(*base.warnings, "degenerate_task_zeros_pass"))
+    rt = _assess(run, ref, list(trials.mask), (atol, rtol), settings)
+    result = base.replace(
+        trials_passed=trials.passed,
+        trials_total=trials.total,
+        max_abs_error=trials.max_abs_error,
+        max_rel_error=trials.max_rel_error,
+        extra={**base.extra, "runtime": rt.extra},
+    )
+    flags = cheating_flags(run, ref, trials, rt, device, (atol, rtol))
     if flags:
         notes = tuple(WORKER_FLAGS.get(f, f) for f in flags if f not in rt.flags)
         return _finish(result, rt, run).replace(
-            stage=Stage.CHEATING, flags=tuple(flags), messages=notes + tuple(rt.messages) + tuple(messages)
+            stage=Stage.CHEATING, flags=tuple(flags), messages=notes + tuple(rt.messages) + trials.messages
         )
-    if passed < len(ref.trials):
-        return _finish(result, rt, run).replace(stage=Stage.INCORRECT, messages=tuple(rt.messages + messages))
-    timed = _with_timing(result.replace(stage=Stage.CORRECT), run, ref, rt, settings)
+    if trials.passed < trials.total:
+        return _finish(result, rt, run).replace(stage=Stage.INCORRECT, messages=tuple(rt.messages) + trials.messages)
+    timed = attach_timing(result.replace(stage=Stage.CORRECT), run, ref, rt, settings)
     return _finish(timed, rt, run).replace(messages=tuple(rt.messages))
 
 
@@ -207,12 +265,14 @@ def _finish(result: EvalResult, rt: RuntimeFindings, run: CandidateRun) -> EvalR
     return result.replace(warnings=tuple(warnings), extra={**result.extra, "runtime": rt.extra})
 
 
-def _with_timing(
+def attach_timing(
     result: EvalResult, run: CandidateRun, ref: RefOutputs, rt: RuntimeFindings, settings: RuntimeSettings
 ) -> EvalResult:
+    """A correct result with the candidate's timing (calls on a reused input left out), the reference's, and the
+    speedup (capped by :func:`~musaenv.verification.runtime.checked_speedup` when a re-measurement disagrees)."""
     if run.timing is None:
         return result
-    samples = [float(x) for x in run.timing[0]["samples_ms"]]
+    samples = [float(x) for x in run.timing[0].samples_ms]
     if run.timing_layout is not None:
         fresh = first_use_calls(len(samples), *run.timing_layout)
         if len(fresh) >= 3:  # repeated inputs measure an input-keyed cache as well as the kernel: not counted

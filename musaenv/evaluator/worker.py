@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from musaenv.evaluator.channel import Channel
+from musaenv.evaluator.channel import Channel, ProtocolError
 from musaenv.evaluator.compile_drive import drive_builds
 from musaenv.evaluator.failures import CandidateFailure, InputDrawError, format_exc
 from musaenv.evaluator.harness import (
@@ -25,36 +25,25 @@ from musaenv.evaluator.harness import (
     ProgramModule,
     draw_inputs,
     find_aliasing,
-    flatten_outputs,
     load_program,
     tensor_to_array,
     to_device,
 )
 from musaenv.evaluator.loader_hook import BuildFailedError, install_loader_hook
-from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, output_fingerprint, time_forward
+from musaenv.evaluator.messages import (
+    CandidateRequest,
+    Failure,
+    Go,
+    Ready,
+    Result,
+    RunRequest,
+    RuntimeReport,
+    Stage,
+)
+from musaenv.evaluator.reference_worker import serve_reference
+from musaenv.evaluator.trials import configure_device, run_timing, run_trials
+from musaenv.timing.timers import DeviceClock, clone_args
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
-
-
-def configure_device(req: dict[str, Any]) -> torch.device:
-    """Thread count, fixed numerics flags and (for MUSA) torch_musa, as the request asks; returns the device."""
-    torch.set_num_threads(int(req.get("cpu_threads", 1)))
-    if str(req["device"]).startswith("musa"):
-        _import_torch_musa()
-    # Fixed numerics for reference and candidate alike (KernelBench references fail 1e-4 under TF32).
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return torch.device(req["device"])
-
-
-def _import_torch_musa() -> None:
-    """torch_musa registers the ``musa`` device, ``torch.musa`` and its extension loader; it must come first."""
-    try:
-        import torch_musa  # noqa: F401
-    except ImportError as e:
-        raise RuntimeError(
-            "device 'musa' needs torch_musa in the worker: install Moore Threads' torch_musa wheel matching "
-            f"torch {torch.__version__} ({e})"
-        ) from None
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -80,148 +69,49 @@ def _check_outputs(outs: list[Any], inputs: list[Any], originals: list[Any]) -> 
     return flags
 
 
-def _send_trial(chan: Channel, index: int, outs: list[Any], flags: list[str]) -> None:
-    tensors = [o for o in outs if type(o) is torch.Tensor]
-    arrays = [] if flags and "output_not_tensor" in flags else [tensor_to_array(o) for o in tensors]
-    dtypes = [str(o.dtype).replace("torch.", "") for o in tensors]
-    chan.send({"type": "trial", "index": index, "dtypes": dtypes, "flags": flags}, arrays)
-
-
-def run_trials(
-    chan: Channel,
-    req: dict[str, Any],
-    program: ProgramModule,
-    model_cls: Any,
-    device: torch.device,
-    guarded: bool,
-    drawn: DrawnInputs,
-    probe: RuntimeGuard | None = None,
-) -> dict[int, Any]:
-    """Run every trial; returns the model built for each shape index (reused for timing)."""
-    models: dict[int, Any] = {}
-    for index, trial in enumerate(req["trials"]):
-        k = int(trial["shape_index"])
-        if k not in models:
-            models[k] = program.build_model(model_cls, req["shapes"][k], req["init_seed"], device)
-        program.apply_shape(req["shapes"][k])
-        try:
-            inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
-        except Exception as e:  # the task's own code: never the candidate's verdict (see _trials_phase)
-            raise InputDrawError(f"drawing the inputs of trial {index + 1} failed:\n{format_exc(e)}") from None
-        private = clone_args(inputs) if guarded else inputs
-        if probe is not None:
-            probe.before_call()
-        with torch.no_grad():
-            outs = flatten_outputs(models[k](*private))
-        DeviceClock(str(device)).sync()
-        if probe is not None:
-            probe.after_call(outs)
-        flags = _check_outputs(outs, private, inputs) if guarded else []
-        if trial.get("stats"):  # a probed timed call of the reference: its stats are all the parent needs
-            chan.send({"type": "trial", "index": index, "stats": output_fingerprint(outs, reference=True)})
-            continue
-        _send_trial(chan, index, outs, flags)
-    return models
-
-
 def _runtime_extras(
     chan: Channel,
-    req: dict[str, Any],
+    req: RunRequest,
     program: ProgramModule,
     models: dict[int, Any],
     guard: RuntimeGuard,
     drawn: DrawnInputs,
 ) -> None:
     """Profiled and poisoned repeat of trial 1, perturbed run; sends the ``runtime`` report (docs/verification.md)."""
-    first = req["trials"][0]
+    first = req.trials[0]
     k = int(first["shape_index"])
     device = guard.device
 
     def make_args() -> list[Any]:
-        program.apply_shape(req["shapes"][k])
+        program.apply_shape(req.shapes[k])
         return clone_args(to_device(drawn.trial_inputs(program, k, int(first["seed"])), device))
 
     report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array)
     if len(report) > 2:  # more than type and phase: something was checked
-        chan.send(report, arrays)
+        chan.send(RuntimeReport.of(report).to_dict(), arrays)
 
 
-def run_timing(
-    chan: Channel,
-    req: dict[str, Any],
-    program: ProgramModule,
-    model: Any,
-    device: torch.device,
-    drawn: DrawnInputs,
-    note: dict[str, Any] | None = None,
-    reference_prints: bool = False,
-) -> tuple[TimedRun, list[list[Any]]]:
-    """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and pool.
-
-    ``reference_prints``: fingerprints in the reference's form (the eager reference, whose timed outputs bound
-    every timed output of a candidate on the same pool)."""
-    t = req["timing"]
-    program.apply_shape(req["shapes"][0])
-    try:
-        pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
-    except Exception as e:
-        raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
-    keep = [int(i) for i in t.get("keep", [])]
-    with torch.no_grad():
-        run = time_forward(
-            model,
-            pool,
-            DeviceClock(str(device)),
-            warmup=int(t["warmup"]),
-            repeats=int(t["repeats"]),
-            max_time_s=float(t["max_time_s"]),
-            flush_bytes=int(t["flush_bytes"]),
-            keep=keep,
-            reference=reference_prints,
-        )
-    kept_idx = sorted(run.kept_outputs)
-    arrays: list[Any] = []
-    counts: list[int] = []
-    for i in kept_idx:
-        outs = [o for o in flatten_outputs(run.kept_outputs[i]) if type(o) is torch.Tensor]
-        counts.append(len(outs))
-        arrays.extend(tensor_to_array(o) for o in outs)
-    chan.send(
-        {
-            "type": "timing",
-            "samples_ms": run.samples_ms,
-            "host_ms": run.host_samples_ms,
-            "kept": kept_idx,
-            "kept_counts": counts,
-            "fingerprints": run.fingerprints,
-            **(note or {}),
-        },
-        arrays,
-    )
-    return run, pool
-
-
-def _enter_sandbox(req: dict[str, Any]) -> dict[str, Any]:
+def _enter_sandbox(req: CandidateRequest) -> dict[str, Any]:
     try:
         from musaenv.config import SandboxConfig
         from musaenv.evaluator.sandbox import enter_sandbox
     except ImportError as e:  # sandbox module unavailable: say so, never pretend
         return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
     # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
-    allow_processes = bool(req.get("allow_processes", False))
+    allow_processes = req.allow_processes
     report = enter_sandbox(
-        SandboxConfig.from_dict(req["sandbox"]),
-        Path(req["workdir"]),
+        SandboxConfig.from_dict(req.sandbox),
+        Path(req.workdir),
         block_processes=not allow_processes,
         block_exec=not allow_processes,
     )
     return dict(report.to_dict())
 
 
-def _load_candidate(req: dict[str, Any], state: Any) -> Any:
-    filename = str(Path(req["workdir"]) / "candidate.py")
+def _load_candidate(req: CandidateRequest, state: Any) -> Any:
+    filename = str(Path(req.workdir) / "candidate.py")
     try:
-        module = load_program(req["candidate"], "candidate", filename)
+        module = load_program(req.candidate, "candidate", filename)
     except BaseException as e:  # a candidate may raise anything, SystemExit included
         if state.failed:
             raise CandidateFailure("compile_error", state.failed[-1]) from None
@@ -236,29 +126,33 @@ def _load_candidate(req: dict[str, Any], state: Any) -> Any:
 
 def _wait_for_go(chan: Channel) -> None:
     msg, _ = chan.recv()
-    if msg.get("type") != "go":
+    if msg.get("type") != Go.TYPE:
         raise CandidateFailure("infra_error", f"expected the parent's go-ahead, got {msg.get('type')!r}")
 
 
 def _watch() -> dict[str, tuple[str, Any, str]]:
     """Harness objects whose replacement is tampering: this module's functions, the harness, timers, channel."""
-    from musaenv.evaluator import harness
+    from musaenv.evaluator import harness, messages, trials
     from musaenv.timing import timers
 
-    g = globals()
-    ours = {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")) in (__name__, "musaenv")}
-    ours |= {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")).startswith("musaenv.")}
-    watch: dict[str, tuple[str, Any, str]] = {f"worker.{n}": ("harness", g, n) for n in sorted(ours)}
+    watch: dict[str, tuple[str, Any, str]] = {}
+    for prefix, g in (("worker", globals()), ("trials", vars(trials))):
+        ours = {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")) in (__name__, "musaenv")}
+        ours |= {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")).startswith("musaenv.")}
+        watch.update({f"{prefix}.{n}": ("harness", g, n) for n in sorted(ours)})
     watch.update({f"harness.{n}": ("harness", harness, n) for n in harness.__all__})
     watch.update({f"timers.{n}": ("timer", timers, n) for n in (*timers.__all__, "time")})
     watch.update({f"DeviceClock.{n}": ("timer", DeviceClock, n) for n in ("sync", "events")})
     watch.update({f"Channel.{n}": ("harness", Channel, n) for n in ("send", "recv")})
+    records = [c for c in vars(messages).values() if isinstance(c, type) and issubclass(c, messages.Message)]
+    watch.update({f"messages.{c.__name__}.to_dict": ("harness", c, "to_dict") for c in records})
+    watch["messages.fields"] = ("harness", messages, "fields")  # what to_dict reads the records with
     return watch_targets(watch)
 
 
 def _trials_phase(
     chan: Channel,
-    req: dict[str, Any],
+    req: CandidateRequest,
     program: ProgramModule,
     model_cls: Any,
     state: Any,
@@ -266,7 +160,7 @@ def _trials_phase(
     drawn: DrawnInputs,
 ) -> dict[int, Any]:
     try:
-        models = run_trials(chan, req, program, model_cls, guard.device, guarded=True, probe=guard, drawn=drawn)
+        models = run_trials(chan, req, program, model_cls, guard.device, _check_outputs, probe=guard, drawn=drawn)
     except InputDrawError as e:
         raise CandidateFailure("input_error", str(e)) from None
     except BuildFailedError:
@@ -284,16 +178,17 @@ def _trials_phase(
 
 def _timing_phase(
     chan: Channel,
-    req: dict[str, Any],
+    req: CandidateRequest,
     program: ProgramModule,
     model: Any,
     guard: RuntimeGuard,
     drawn: DrawnInputs,
 ) -> None:
-    chan.send({"type": "stage", "name": "timing"})
+    chan.send(Stage("timing").to_dict())
     _wait_for_go(chan)  # timed runs hold the device alone (on the CPU only they do: see docs/scaling.md)
     guard.start_timing()
-    t = req["timing"]
+    t = req.timing
+    assert t is not None
     try:
         run, pool = run_timing(chan, req, program, model, guard.device, drawn)
     except InputDrawError as e:
@@ -306,62 +201,66 @@ def _timing_phase(
     except BaseException as e:
         raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
     if len(report) > 2:
-        chan.send(report)
+        chan.send(RuntimeReport.of(report).to_dict())
 
 
-def run_candidate(chan: Channel, req: dict[str, Any]) -> None:
+def _fail(chan: Channel, stage: str, log: str, builds: list[dict[str, Any]] | None = None) -> None:
+    chan.send(Result(builds=builds or [], failure=Failure(stage, log)).to_dict())
+
+
+def run_candidate(chan: Channel, req: CandidateRequest) -> None:
     """Evaluate one candidate and report outputs and timings to the parent."""
     try:
         device = configure_device(req)
     except RuntimeError as e:  # the device's runtime is missing here: the harness's problem, not the candidate's
-        chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": str(e)}})
+        _fail(chan, "infra_error", str(e))
         return
-    compile_only = bool(req.get("compile_only"))
+    compile_only = req.compile_only
     gpu_draws = device.type == "cuda" and not compile_only
     try:  # the task's program, in the candidate's process only to draw inputs: its failure is the task's
-        source = load_program(req["task_source"], "reference_inputs", "<reference>")
+        source = load_program(req.task_source, "reference_inputs", "<reference>")
         program = ProgramModule(source, device if gpu_draws else None, device=device)
     except BaseException as e:
         log = "the task's reference program failed to load (a problem of the task, not the candidate):\n"
-        chan.send({"type": "result", "builds": [], "failure": {"stage": "infra_error", "log": log + format_exc(e)}})
+        _fail(chan, "infra_error", log + format_exc(e))
         return
-    state = install_loader_hook(chan, backend=req["backend"], compile_only=compile_only)
-    if req["backend"] == "triton" and req["device"] == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
+    state = install_loader_hook(chan, backend=req.backend, compile_only=compile_only)
+    if req.backend == "triton" and req.device == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
         from musaenv.backends.triton_interp import install_interpreter_guards
 
         install_interpreter_guards()
     # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
-    guard = RuntimeGuard(req.get("runtime"), device, state.calls, _watch(), count_calls=req["backend"] != "triton")
+    guard = RuntimeGuard(req.runtime, device, state.calls, _watch(), count_calls=req.backend != "triton")
     sandbox = _enter_sandbox(req)
-    chan.send({"type": "stage", "name": "load", "sandbox": sandbox})
+    chan.send(Stage("load", sandbox).to_dict())
     try:
         model_cls = _load_candidate(req, state)
         if compile_only:  # nothing runs, so no input is drawn (except meta ones: shapes, no data)
             drive_builds(program, req, model_cls, state)
-            chan.send({"type": "result", "builds": state.builds, "compile_only": True})
+            chan.send(Result(builds=state.builds, compile_only=True).to_dict())
             return
         drawn = _draw_phase(chan, req, program, device)
-        chan.send({"type": "stage", "name": "trials"})
+        chan.send(Stage("trials").to_dict())
         _wait_for_go(chan)  # the parent grants the device (on GPUs for the whole run; builds still overlap)
         threads_before = thread_count()
         models = _trials_phase(chan, req, program, model_cls, state, guard, drawn)
-        if req.get("timing"):
+        if req.timing:
             _timing_phase(chan, req, program, models[0], guard, drawn)
         warnings = []
         if not guard.checks and thread_count() > threads_before + 1:
             warnings.append("thread_count_grew")  # with runtime checks on, the parent judges thread_started
-        chan.send({"type": "result", "builds": state.builds, "warnings": warnings})
+        chan.send(Result(builds=state.builds, warnings=warnings).to_dict())
     except CandidateFailure as f:
-        chan.send({"type": "result", "builds": state.builds, "failure": {"stage": f.stage, "log": f.log}})
+        _fail(chan, f.stage, f.log, state.builds)
 
 
-def _draw_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, device: torch.device) -> DrawnInputs:
+def _draw_phase(chan: Channel, req: CandidateRequest, program: ProgramModule, device: torch.device) -> DrawnInputs:
     """On the CPU, every input now: after the candidate's module-level builds (a candidate that does not build
     costs no draw), before the device slot (drawing overlaps other evaluations' timing). GPU tiers draw each input
     when it is needed, straight on the device. The ``draw`` stage has its own limit: a slow draw is the task's."""
     if device.type != "cpu":
         return DrawnInputs.nothing()
-    chan.send({"type": "stage", "name": "draw"})
+    chan.send(Stage("draw").to_dict())
     try:
         return draw_inputs(req, program)
     except Exception as e:
@@ -370,15 +269,18 @@ def _draw_phase(chan: Channel, req: dict[str, Any], program: ProgramModule, devi
 
 def serve(chan: Channel, role: str) -> int:
     """Run as a worker of ``role`` on ``chan``: say ready, then serve references or one candidate."""
-    chan.send({"type": "ready", "pid": os.getpid(), "torch": torch.__version__})
+    chan.send(Ready(pid=os.getpid(), torch=torch.__version__).to_dict())
     if role == "reference":
-        from musaenv.evaluator.reference_worker import serve_reference
-
         serve_reference(chan)
         return 0
     try:
-        req, _ = chan.recv()
+        msg, _ = chan.recv()
     except EOFError:
+        return 0
+    try:
+        req = CandidateRequest.from_dict(msg)
+    except ProtocolError as e:  # the parent's request: a harness fault, never the candidate's
+        _fail(chan, "infra_error", f"malformed evaluation request: {e}")
         return 0
     run_candidate(chan, req)
     sys.stdout.flush()

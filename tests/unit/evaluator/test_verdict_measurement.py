@@ -7,6 +7,7 @@ import pytest
 
 from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import PhaseUsage, over_budget
+from musaenv.evaluator.messages import Timing
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.evaluator.verdict import judge
 from musaenv.types import EvalResult, Stage, TimingStats
@@ -21,7 +22,7 @@ def _pair(samples_ms: list[float] | None = None) -> tuple[CandidateRun, RefOutpu
     run = CandidateRun(trials=[(o, ["float32"], []) for o in outs])
     ref = RefOutputs(trials=[(o, ["float32"]) for o in outs])
     if samples_ms is not None:
-        run.timing = ({"samples_ms": samples_ms}, [])
+        run.timing = (Timing(samples_ms=samples_ms), [])
         ref.timing = TimingStats.from_samples([10.0] * 5)
     return run, ref
 
