@@ -32,8 +32,10 @@ __all__ = ["DEVICE_PRELUDE", "CudaSplit", "split_cuda"]
 DEVICE_PRELUDE = (
     "#include <cuda.h>",
     "#include <cuda_runtime.h>",
+    "#include <cuda_fp16.h>",  # c10/util/Half.h includes it under nvcc, BFloat16.h the next one
+    "#include <cuda_bf16.h>",
     *(f"#include <{h}>" for h in ("cstdint", "cstddef", "cmath", "cfloat", "climits", "cstdio", "cstdlib", "cstring")),
-    *(f"#include <{h}>" for h in ("algorithm", "limits", "type_traits", "utility")),
+    *(f"#include <{h}>" for h in ("algorithm", "array", "limits", "type_traits", "utility", "vector")),
 )
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"](torch|ATen|c10|pybind11|Python\.h|caffe2)')
 _TORCH_WORD = re.compile(
