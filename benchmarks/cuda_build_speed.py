@@ -88,7 +88,7 @@ def load_inline_kwargs(path: Path, tag: str) -> dict[str, Any]:
         captured.update(kw)
         raise _Stop
 
-    original, ce.load_inline = ce.load_inline, capture
+    original, ce.load_inline = ce.load_inline, capture  # type: ignore[assignment]
     try:
         runpy.run_path(str(path))
     except _Stop:
