@@ -124,10 +124,35 @@ def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     return {"ok": True, "log": "", "tier": "musa"}
 
 
-def _compile_only(spec: dict[str, Any]) -> dict[str, object]:
-    """The CUDA compile-only check (no GPU here), run confined like any build."""
+def _cuda_split(spec: dict[str, Any], tmp: Path, compile_only: bool) -> dict[str, object] | None:
+    """A CUDA spec built through the split (:mod:`musaenv.backends.cuda_fast`); ``None``: build it as written."""
+    if spec.get("build_mode", "fast") != "fast" or not spec.get("pch_cache") or spec.get("backend") == "musa":
+        return None
+    try:
+        from musaenv.backends.cuda_fast import cuda_fast_build
+
+        arch = None
+        if not compile_only:  # torch's own architecture list (TORCH_CUDA_ARCH_LIST or the visible devices)
+            from torch.utils.cpp_extension import _get_cuda_arch_flags
+
+            arch = _get_cuda_arch_flags(list(spec.get("extra_cuda_cflags") or []))
+        res = cuda_fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), arch_flags=arch)
+    except Exception:  # a harness bug must not cost the candidate its build: the unsplit build still decides
+        log.warning("CUDA split build failed, building as written:\n%s", traceback.format_exc())
+        return None
+    if res is None:
+        return None
+    return {"ok": True, "log": "", "tier": "cuda_split", "steps": res.steps, "seconds": res.seconds}
+
+
+def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    """The CUDA compile-only check (no GPU here), run confined like any build: the split build when it says the
+    source builds, else the check of the source as written, whose output is the verdict."""
     from musaenv.backends.cuda_compile import cuda_compile_check
 
+    fast = _cuda_split(spec, tmp, compile_only=True)
+    if fast is not None:
+        return fast
     check = cuda_compile_check(
         spec["cpp_sources"], spec["cuda_sources"], spec["functions"],
         extra_cuda_cflags=spec["extra_cuda_cflags"], extra_cflags=spec["extra_cflags"],
@@ -142,9 +167,11 @@ def _compile_only(spec: dict[str, Any]) -> dict[str, object]:
 def _build(tmp: Path) -> dict[str, object]:
     spec = json.loads((tmp / "spec.json").read_text())
     if spec.get("compile_only"):
-        return _compile_only(spec)
+        return _compile_only(spec, tmp)
     if spec.get("backend") == "musa" and (spec.get("cuda_sources") or spec.get("with_cuda")):
         return _musa(spec, tmp)  # device code goes to mcc, never to nvcc
+    if spec.get("cuda_sources"):
+        return _cuda_split(spec, tmp, compile_only=False) or _torch(spec, tmp)
     return _fast(spec, tmp) or _torch(spec, tmp)
 
 

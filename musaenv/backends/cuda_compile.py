@@ -10,7 +10,8 @@ Mirrors what ``torch.utils.cpp_extension.load_inline`` would build, short of loa
 * ``link``: the objects linked as torch links them, every symbol resolved (:mod:`musaenv.backends.cuda_link`),
   and ``PyInit_<name>`` present: ``ok`` means the module would import, not only that its files compile.
 
-Both compile steps run in parallel, each in its own process group that is killed on timeout; the link follows.
+Both compile steps run in parallel, each in its own process group that is killed on timeout or as soon as the
+other step failed (a kernel error does not wait for the C++ step); the link follows.
 Compiler and linker output comes back verbatim, failing steps first. Measured costs and what is and is not
 checked: ``docs/musa.md``.
 """
@@ -100,6 +101,7 @@ class _Step:
     returncode: int | None = None
     timed_out: bool = False
     output: str = ""
+    stopped: str = ""  # why it was killed after another step failed
 
     def record(self) -> dict[str, Any]:
         return {
@@ -108,7 +110,7 @@ class _Step:
             "returncode": self.returncode,
             "seconds": round(self.seconds, 3),
             "timed_out": self.timed_out,
-            "note": self.note,
+            "note": "; ".join(n for n in (self.note, self.stopped) if n),
         }
 
 
@@ -234,16 +236,40 @@ def _finish(step: _Step, build: Path, deadline: float) -> None:
     step.output = (build / f"{step.name}.log").read_text(encoding="utf-8", errors="replace")
     if step.timed_out:
         step.output += f"\n[musaenv] {step.name} step killed after {step.seconds:.1f} s (timeout)\n"
+    elif step.stopped:
+        step.output += f"\n[musaenv] {step.name} step {step.stopped} (its own verdict cannot change the outcome)\n"
+
+
+def _stop_on_first_failure(steps: list[_Step], deadline: float) -> None:
+    """Wait until every step ended or one failed; then the others are killed (their verdict cannot change it).
+
+    A compile error is then as cheap as its own step: a kernel error does not wait the ~60 s of the C++ step.
+    """
+    while time.monotonic() < deadline:
+        codes = [s.proc.poll() if s.proc is not None else 0 for s in steps]
+        failed = [s for s, rc in zip(steps, codes) if rc not in (None, 0)]
+        if failed:
+            for s, rc in zip(steps, codes):
+                if rc is None and s.proc is not None:
+                    s.stopped = f"stopped: the {failed[0].name} step failed first"
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(s.proc.pid, signal.SIGKILL)
+            return
+        if all(rc is not None for rc in codes):
+            return
+        time.sleep(0.05)
 
 
 def _run(steps: list[_Step], build: Path, deadline: float) -> None:
-    """Run all steps concurrently until done or the deadline; no process group outlives this call."""
+    """Run all steps concurrently until done, one failed, or the deadline; no process group outlives this call."""
     try:
         for step in steps:
             try:
                 _start(step, build)
             except OSError as exc:  # the compiler itself is missing: a harness problem, not the candidate's
                 raise BackendUnavailableError(f"cannot run {step.command[0]!r}: {exc}") from exc
+        if len(steps) > 1:
+            _stop_on_first_failure(steps, deadline)
         for step in steps:
             _finish(step, build, deadline)
     finally:
@@ -257,10 +283,10 @@ def _run(steps: list[_Step], build: Path, deadline: float) -> None:
 
 
 def _compose_log(steps: list[_Step], passed: set[str]) -> str:
-    ordered = sorted(steps, key=lambda s: s.name in passed)  # failing (or killed) steps first
+    ordered = sorted(steps, key=lambda s: (s.name in passed, bool(s.stopped)))  # failing steps first, stopped next
     parts = []
     for s in ordered:
-        status = "timed out" if s.timed_out else f"exit {s.returncode}"
+        status = "timed out" if s.timed_out else "stopped" if s.stopped else f"exit {s.returncode}"
         if s.name in passed and s.returncode != 0:  # the link: only symbols of libraries absent here were unresolved
             status += "; " + s.note
         parts.append(f"== {s.name}: {shlex.join(s.command[:1] + s.command[-1:])} ({status})\n{s.output}")
@@ -269,7 +295,7 @@ def _compose_log(steps: list[_Step], passed: set[str]) -> str:
 
 def _inconclusive(steps: list[_Step], cuda_home: Path) -> str | None:
     """Reason when every failure is a header missing from this machine's CUDA toolkit."""
-    failed = [s for s in steps if s.returncode != 0]
+    failed = [s for s in steps if s.returncode != 0 and not s.stopped]  # a stopped step did not fail by itself
     missing: list[str] = []
     for s in failed:
         headers = [a or b for a, b in _MISSING_HEADER.findall(s.output)]

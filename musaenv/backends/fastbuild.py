@@ -29,19 +29,22 @@ its flags stay torch's.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import logging
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from musaenv.backends.pch import CompileFlags, PchStore, file_lock, run_tool, torch_flags, unique_suffix
 
-__all__ = ["FastResult", "fast_build"]
+__all__ = ["FastResult", "fast_build", "linking_with"]
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +99,25 @@ def _compile(flags: CompileFlags, extra: list[str], src: Path, obj: Path, tmp: P
     return rc, out, cmd
 
 
+Linker = Callable[[list[Path], Path], tuple[int, str]]
+_LINKER: contextvars.ContextVar[Linker | None] = contextvars.ContextVar("musaenv_fast_linker", default=None)
+
+
+@contextlib.contextmanager
+def linking_with(linker: Linker) -> Iterator[None]:
+    """Within this block, :func:`fast_build` links ``(objects, output)`` with ``linker`` (returning ``(exit code,
+    output)``) instead of torch's link rule: the CUDA fast build adds its own objects and CUDA's libraries."""
+    token = _LINKER.set(linker)
+    try:
+        yield
+    finally:
+        _LINKER.reset(token)
+
+
 def _link(flags: CompileFlags, objs: list[Path], out: Path, tmp: Path) -> tuple[int, str]:
+    linker = _LINKER.get()
+    if linker is not None:
+        return linker(objs, out)
     return run_tool([*flags.cxx, *[str(o) for o in objs], *flags.ldflags, "-o", str(out)], tmp)
 
 

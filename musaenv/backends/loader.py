@@ -351,8 +351,10 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
     try:  # the compilers run confined, like every build (musaenv.backends.build_jail)
         job = {**spec.to_dict(), "name": name, "timeout_s": timeout_s, "parent_pid": os.getpid(),
                "confine": _SETTINGS.confine}  # fmt: skip
+        job |= {"build_mode": _SETTINGS.mode, "pch_cache": str(pch_cache_root())}  # the CUDA split build's caches
         (tmp / "spec.json").write_text(json.dumps(job))
-        rc, killed = _run_builder(tmp, timeout_s + 60)  # the check bounds each step itself; this is a backstop
+        # Each step bounds itself; this is a backstop. A split build that fails leaves the full check its own limit.
+        rc, killed = _run_builder(tmp, 2 * timeout_s + 60)
         result = _read_json(tmp / "result.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -104,3 +104,17 @@ def test_a_missing_user_header_is_a_real_failure() -> None:
     result = cuda_compile_check([], ["#include <no_such_header_anywhere.h>\n" + KERNEL], None)
     assert not result.ok and result.inconclusive is None
     assert "no_such_header_anywhere.h" in result.log
+
+
+def test_a_failing_step_stops_the_other_and_a_missing_toolkit_header_stays_inconclusive() -> None:
+    home = _env.cuda_home()
+    assert home is not None
+    if (home / "include" / "cusparse.h").exists():
+        pytest.skip("this CUDA toolkit has cuSPARSE headers, so ATen/cuda/CUDAContext.h compiles")
+    source = "#include <ATen/cuda/CUDAContext.h>\n" + KERNEL
+    result = cuda_compile_check([DECL], [source], ["elementwise_add_cuda"])
+    assert not result.ok
+    assert result.inconclusive is not None and "cusparse.h" in result.inconclusive  # the stopped step is no verdict
+    steps = {s["name"]: s for s in result.steps}
+    assert "stopped: the cuda step failed first" in steps["cpp"]["note"]  # g++ on torch/extension.h is not awaited
+    assert result.log.startswith("== cuda:") and "(stopped)" in result.log

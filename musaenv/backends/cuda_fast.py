@@ -1,0 +1,238 @@
+"""Fast builds of CUDA ``load_inline`` candidates: device code without torch's headers, host code like C++.
+
+``load_inline`` hands ``cuda.cu`` (torch's headers, then the candidate's kernels and launchers) to nvcc, which spends
+~30 s of the 2-core CI machine on torch's headers before any kernel code, and compiles ``main.cpp`` (all of
+``torch/extension.h`` and the pybind11 module) beside it. Here the CUDA source is split
+(:mod:`musaenv.backends.cuda_split`) and built in three parts that run at the same time:
+
+* ``device``: nvcc on the kernels and their launch shims, no torch header (torch's nvcc flags and defines, the
+  candidate's nvcc flags; one ``-arch`` for a compile-only check, torch's architecture list for a real build).
+* ``host``: g++ on the launchers (torch's compile flags for the candidate, a precompiled ``torch/types.h``, the
+  macros of torch's and the candidate's nvcc flags), kernel launches going through the shims.
+* ``main``: the candidate's ``cpp_sources`` and binding through the C++ fast path
+  (:func:`musaenv.backends.fastbuild.fast_build`), whose link takes the two objects above and CUDA's libraries.
+
+A compile-only check links as :mod:`musaenv.backends.cuda_link` does (every symbol resolved, libraries absent here
+stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. Either way the
+result only ever says "this builds": a source the split cannot place, and any failure of any part, returns
+``None``, and the caller builds the source as written (the full check, or ``load_inline``), whose output is then
+the verdict. Measured costs: ``docs/scaling.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from musaenv import _env
+from musaenv.backends.cuda_compile import _ARCH_FLAG, _CUDA_PRELUDE, _finish, _run, _start, _Step, _torch_build_flags
+from musaenv.backends.cuda_link import judge_link, link_plan
+from musaenv.backends.cuda_split import CudaSplit, flags_allow_split, split_cuda
+from musaenv.backends.fastbuild import fast_build, linking_with
+from musaenv.backends.pch import CompileFlags, PchStore, torch_flags, unique_suffix
+
+__all__ = ["CudaFastResult", "cuda_fast_build"]
+
+log = logging.getLogger(__name__)
+
+_MACRO_FLAG = re.compile(r"^-[DUI].")
+
+
+@dataclass
+class CudaFastResult:
+    """A CUDA candidate that built through the split.
+
+    Attributes:
+        seconds: Wall time of the whole build.
+        kernels: The kernels launched through shims.
+        tier: The C++ fast path's tier that built ``main.cpp`` (``split`` or ``pch``).
+        steps: What ran, with exit codes and seconds.
+    """
+
+    seconds: float
+    kernels: tuple[str, ...]
+    tier: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Abandon(Exception):
+    """A part failed: the source is built as written instead (its output is the verdict)."""
+
+
+def _split_overlay(cache: Path) -> Path:
+    """An include directory where ``torch/extension.h`` means ``torch/types.h`` (the host part needs no pybind11)."""
+    d = cache / "cuda_split_include"
+    header = d / "torch" / "extension.h"
+    if not header.exists():
+        header.parent.mkdir(parents=True, exist_ok=True)
+        part = header.with_suffix(f".{unique_suffix()}.tmp")
+        part.write_text("#pragma once\n#include <torch/types.h>\n")
+        part.replace(header)
+    return d
+
+
+def _device_step(spec: dict[str, Any], cuda_home: Path, arch_flags: Sequence[str] | None) -> _Step:
+    """nvcc on the device part: torch's includes, defines and nvcc flags, the candidate's nvcc flags."""
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    includes, defines, std = _torch_build_flags()
+    user = [f"-I{Path(p).resolve()}" for p in spec.get("extra_include_paths") or ()]
+    system = [f for p in [*includes, str(cuda_home / "include")] for f in ("-isystem", p)]
+    flags = list(spec.get("extra_cuda_cflags") or ())
+    if arch_flags is None:  # compile-only: one architecture, as the full check uses
+        flags, arch = [f for f in flags if not _ARCH_FLAG.match(f)], ["-arch=sm_90"]
+    else:
+        arch = list(arch_flags)
+    cmd = [str(cuda_home / "bin" / "nvcc"), *user, *system, *defines, *COMMON_NVCC_FLAGS, "--compiler-options",
+           "-fPIC", *arch, "-c", "-o", "musaenv_device.o", *flags]  # fmt: skip
+    if not any(f.startswith("-std=") for f in cmd):
+        cmd.append(std)
+    return _Step("device", [*cmd, "musaenv_device.cu"])
+
+
+def _host_step(spec: dict[str, Any], flags: CompileFlags, pch: list[str], cache: Path, cuda_home: Path) -> _Step:
+    """g++ on the host part, with the macros nvcc would have defined for it (torch's and the candidate's)."""
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    _, defines, _ = _torch_build_flags()
+    macros = [f for f in [*COMMON_NVCC_FLAGS, *(spec.get("extra_cuda_cflags") or ())] if _MACRO_FLAG.match(f)]
+    macros += [d for d in defines if d.startswith("-DC10_CUDA")]  # the CPU wheel's c10/cuda switch, when needed
+    cmd = [*flags.cxx, *flags.cflags, "-I", str(_split_overlay(cache)), *pch, "-isystem", str(cuda_home / "include"),
+           *macros, "-c", "musaenv_host.cpp", "-o", "musaenv_host.o"]  # fmt: skip
+    return _Step("host", cmd)
+
+
+def _compile_only_linker(
+    parts: list[_Step], tmp: Path, flags: CompileFlags, spec: dict[str, Any], cuda_home: Path, deadline: float,
+    steps: list[dict[str, Any]],
+) -> Any:  # fmt: skip
+    def link(objs: list[Path], out: Path) -> tuple[int, str]:
+        _await(parts, tmp, deadline, steps)
+        objects = [str(o) for o in objs] + ["musaenv_host.o", "musaenv_device.o"]
+        plan = link_plan(flags.cxx[0], objects, True, cuda_home, spec.get("extra_ldflags") or (), str(out))
+        step = _Step("link", plan.command, "; ".join(plan.notes))
+        _run([step], tmp, deadline)
+        ok, _ = judge_link(step.returncode, step.output, plan)
+        steps.append(step.record())
+        if not ok:
+            raise _Abandon(f"link: {step.output[-400:]}")
+        return 0, step.output
+
+    return link
+
+
+def _real_linker(
+    parts: list[_Step], tmp: Path, flags: CompileFlags, cuda_home: Path, deadline: float, steps: list[dict[str, Any]]
+) -> Any:
+    from torch.utils.cpp_extension import TORCH_LIB_PATH
+
+    cuda_lib = cuda_home / "lib64" if (cuda_home / "lib64").exists() else cuda_home / "lib"
+
+    def link(objs: list[Path], out: Path) -> tuple[int, str]:
+        _await(parts, tmp, deadline, steps)
+        cuda_libs = [f"-L{TORCH_LIB_PATH}", "-lc10_cuda", "-ltorch_cuda", f"-L{cuda_lib}", "-lcudart"]
+        cmd = [*flags.cxx, *map(str, objs), "musaenv_host.o", "musaenv_device.o", *flags.ldflags, *cuda_libs]
+        cmd += ["-o", str(out)]
+        step = _Step("link", cmd)
+        _run([step], tmp, deadline)
+        steps.append(step.record())
+        if step.returncode != 0:
+            raise _Abandon(f"link: {step.output[-400:]}")
+        return 0, step.output
+
+    return link
+
+
+def _await(parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]]) -> None:
+    """Wait for the device and host compiles; abandon the split when either failed."""
+    for step in parts:
+        if step.returncode is None and not step.timed_out:
+            _finish(step, tmp, deadline)
+            steps.append(step.record())
+    failed = [s for s in parts if s.returncode != 0]
+    if failed:
+        raise _Abandon("; ".join(f"{s.name}: {s.output[-400:]}" for s in failed))
+
+
+def _kill(parts: list[_Step]) -> None:
+    for step in parts:
+        if step.proc is not None and step.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(step.proc.pid, signal.SIGKILL)
+            step.proc.wait()
+        if step.out is not None and not step.out.closed:
+            step.out.close()
+
+
+def cuda_fast_build(
+    spec: dict[str, Any], name: str, tmp: Path, cache: Path, *, arch_flags: Sequence[str] | None = None
+) -> CudaFastResult | None:
+    """Build a CUDA spec through the split; ``None`` means "build it as written" (never a verdict by itself).
+
+    Args:
+        spec: A :class:`~musaenv.backends.buildspec.BuildSpec` as a dict (``timeout_s`` bounds every step).
+        name: Module name (``TORCH_EXTENSION_NAME``); a real build writes ``tmp/<name>.so``.
+        tmp: Private build directory.
+        cache: The ``pch`` cache directory (precompiled headers and binding objects, shared with C++ builds).
+        arch_flags: nvcc architecture flags of a real build (torch's list); ``None`` for a compile-only check
+            (one architecture, the link resolved against the libraries present here).
+    """
+    cuda_home = _env.cuda_home()
+    if cuda_home is None or not spec.get("functions") or not spec.get("cpp_sources"):
+        return None
+    if not flags_allow_split(list(spec.get("extra_cuda_cflags") or ())):
+        return None
+    split = split_cuda("\n".join(spec.get("cuda_sources") or ()), _CUDA_PRELUDE)
+    if split is None:
+        return None
+    started = time.monotonic()
+    deadline = started + float(spec.get("timeout_s") or 300)
+    try:
+        flags = torch_flags(cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
+                            spec.get("extra_include_paths") or ())  # fmt: skip
+        return _build(spec, name, tmp, cache, split, flags, cuda_home, arch_flags, started, deadline)
+    except _Abandon as e:
+        log.info("CUDA split build of %s abandoned, building it as written: %s", name, str(e)[-300:])
+    except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
+        log.warning("CUDA split build unavailable, building as written: %s", e)
+    return None
+
+
+def _build(
+    spec: dict[str, Any], name: str, tmp: Path, cache: Path, split: CudaSplit, flags: CompileFlags, cuda_home: Path,
+    arch_flags: Sequence[str] | None, started: float, deadline: float,
+) -> CudaFastResult | None:  # fmt: skip
+    (tmp / "musaenv_device.cu").write_text(split.device)
+    (tmp / "musaenv_host.cpp").write_text(split.host)
+    steps: list[dict[str, Any]] = []
+    parts = [_device_step(spec, cuda_home, arch_flags)]
+    try:
+        _start(parts[0], tmp)  # nvcc runs while the precompiled header is looked up (or built)
+        store = PchStore(cache, deadline=deadline)
+        pch = store.include_flags("split", flags) or []
+        parts.append(_host_step(spec, flags, pch, cache, cuda_home))
+        _start(parts[1], tmp)
+        linker = (
+            _compile_only_linker(parts, tmp, flags, spec, cuda_home, deadline, steps)
+            if arch_flags is None
+            else _real_linker(parts, tmp, flags, cuda_home, deadline, steps)
+        )
+        cpp_spec = {**spec, "cuda_sources": [], "with_cuda": None}
+        with linking_with(linker):
+            res = fast_build(cpp_spec, name, tmp, cache, "fast")
+        if pch and parts[1].output:
+            store.check_used("split", flags, parts[1].output)
+    finally:
+        _kill(parts)
+    if res is None or not res.ok:
+        return None
+    steps += [{"name": f"main:{s.get('step')}", "returncode": s.get("rc")} for s in res.steps]
+    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps)

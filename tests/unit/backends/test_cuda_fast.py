@@ -1,0 +1,71 @@
+"""The CUDA split build with the real compilers (nvcc, g++, the linker), no GPU.
+
+It may only ever say "this builds": every way a part can fail (a kernel error, a launcher error, a symbol nobody
+defines) returns ``None``, so the source is built as written and that build's output is the verdict (the fidelity
+tests compare those verdicts with torch's own build). A real build's module is linked against torch's CUDA
+libraries; here empty stand-ins for the two a CPU wheel lacks let the link run, as tests/fidelity/truth.py does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+
+from musaenv import _env
+from musaenv.backends.buildspec import BuildSpec
+from musaenv.backends.cuda_fast import cuda_fast_build
+from musaenv.backends.loader import pch_cache_root
+from tests.unit.backends.test_cuda_split import KB_ADD
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc (CUDA_HOME or /usr/local/cuda)"),
+]
+
+DECL = "torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);"
+
+
+def _spec(cuda: str = KB_ADD, cpp: str = DECL) -> tuple[dict[str, Any], str]:
+    spec = BuildSpec.from_load_inline(
+        {"cpp_sources": cpp, "cuda_sources": cuda, "functions": ["add_cuda"]}, "cuda", compile_only=True
+    )
+    return {**spec.to_dict(), "timeout_s": 600}, spec.name
+
+
+def test_kernelbench_shaped_candidate_builds_through_the_split(tmp_path):
+    spec, name = _spec()
+    res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
+    assert res is not None and res.kernels == ("add_kernel",) and res.tier == "split", res
+    by_name = {s.get("name"): s for s in res.steps}
+    assert by_name["device"]["returncode"] == 0 and "torch/types.h" not in (tmp_path / "musaenv_device.cu").read_text()
+    assert "-Wl,--no-undefined" in by_name["link"]["command"]
+
+
+def test_a_failing_part_is_left_to_the_build_as_written(tmp_path):
+    # A launcher error (g++ on the host part); a kernel error and an unresolved symbol take the same road through
+    # the evaluator in tests/integration/test_cuda_compile_only.py and tests/fidelity/test_fidelity_cuda.py.
+    spec, name = _spec(KB_ADD.replace("torch::zeros_like(a);", "torch::zeros_like(a, 3.5, nullptr);"))
+    assert cuda_fast_build(spec, name, tmp_path, pch_cache_root()) is None
+
+
+def test_real_build_links_a_module_against_torchs_cuda_libraries(tmp_path, monkeypatch):
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "empty.c").write_text("")
+    for lib in ("c10_cuda", "torch_cuda"):  # a CPU wheel of torch has neither; their symbols stay undefined
+        subprocess.run(["cc", "-shared", "-o", str(stubs / f"lib{lib}.so"), str(stubs / "empty.c")], check=True)
+    monkeypatch.setenv("LIBRARY_PATH", str(stubs))
+    spec, name = _spec()
+    build = tmp_path / "build"
+    build.mkdir()
+    res = cuda_fast_build(spec, name, build, pch_cache_root(), arch_flags=["-arch=sm_90"])
+    assert res is not None, "the split build of a correct candidate failed"
+    so = build / f"{name}.so"
+    symbols = subprocess.run(["nm", "-D", str(so)], capture_output=True, text=True, check=True).stdout
+    defined = {line.split()[-1] for line in symbols.splitlines() if line.split()[-2:-1] == ["T"]}
+    assert f"PyInit_{name}" in defined
+    undefined = {line.split()[-1] for line in symbols.splitlines() if line.split()[:1] == ["U"]}
+    assert not any("add_cuda" in s or "musaenv_launch" in s for s in undefined), undefined
+    assert "cudaLaunchKernel" in " ".join(undefined)  # the kernel launch goes through cudart, as nvcc emits it
