@@ -235,6 +235,7 @@ def _optional_subcommands() -> list[Callable[[Any], None]]:
         ("musaenv.bench.cli", "add_bench_subparser"),
         ("musaenv.rl.dataset", "add_dataset_subparser"),
         ("musaenv.rl.adapters.openenv_server", "add_serve_subparser"),
+        ("musaenv.backends.warmup", "add_warmup_subparser"),
     ):
         try:
             mod = __import__(module, fromlist=[fn])
