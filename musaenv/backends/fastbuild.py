@@ -59,9 +59,10 @@ _BUILTIN_WORDS = {"long", "int", "short", "char", "bool", "double", "float", "vo
                   "volatile", "noexcept", "wchar_t", "char8_t", "char16_t", "char32_t"}  # fmt: skip
 _KNOWN_NAMESPACES = ("at::", "c10::", "std::", "torch::", "caffe2::")
 _ERROR_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", re.MULTILINE)
-# What a declaration missing from torch/types.h (but in torch/extension.h) can make GCC say.
+# What a declaration missing from torch/types.h (but in torch/extension.h) can make GCC say. Not "has no member
+# named": members are in the class definition, which is complete wherever a member is used.
 _LOOKUP_ERROR = re.compile(
-    r"not declared|not a member|does not name|has not been declared|incomplete type|no matching|no member"
+    r"not declared|not a member|does not name|has not been declared|incomplete type|no matching"
     r"|is not a (class|namespace|template|type)|undeclared|there are no arguments|not a template|ambiguous"
     r"|no type named|forward declaration|could not convert|cannot convert|invalid use of|nested-name-specifier"
     r"|expected (unqualified-id|type-specifier|template-name|class-name|namespace-name|nested-name|primary-expression"

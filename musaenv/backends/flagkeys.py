@@ -16,9 +16,13 @@ about 3x slower than plain ``load_inline``. Most flags change none of those.
   (tested); ``-O0`` (``__NO_INLINE__``), ``-Os``/``-Oz`` (``__OPTIMIZE_SIZE__``), ``-Og`` and ``-Ofast``
   (fast-math changes the target option ``-mieee-fp``) are classes of their own.
 * *Warnings* are left out: torch's headers are ``-isystem``, so their warnings are never shown either way.
+* *Optimisation passes* (``-funroll-loops``, ``-ftree-vectorize``, ``-fno-strict-aliasing``, ``-ffp-contract=``,
+  ...: :data:`_CODEGEN_ONLY`) are left out: GCC runs them when it generates code, after the header is loaded, and
+  the code is byte-identical with and without a header built without them (tested).
 * Everything else stays in the key: target options (``-m...``, ``-march=native`` differs in ``-mabm``...),
   ``-f...`` options (``-fopenmp`` defines ``_OPENMP`` and turns on the ``#pragma omp`` in ATen's headers;
-  ``-ffast-math`` changes ``-mieee-fp``; GCC's manual does not promise any ``-f`` option is safe to vary),
+  ``-ffast-math`` changes ``-mieee-fp``, ``-fno-math-errno`` defines ``__NO_MATH_ERRNO__``, ``-fopenmp-simd``
+  changes how ``#pragma omp simd`` parses),
   ``-std=``, ``-g``.
 * *Equivalent lists* key alike: of options of one family (``-O``, ``-std=``, ``-march=``, ``-fX``/``-fno-X``,
   ...) the last wins, as in GCC, duplicates go, and the order of the rest does not matter.
@@ -41,10 +45,19 @@ _OPT_CLASS = {"-O0": None, "-O": "-O2", "-O1": "-O2", "-O2": "-O2", "-O3": "-O2"
               "-Og": "-Og", "-Ofast": "-Ofast"}  # fmt: skip
 _WARNING = re.compile(r"^(-W(?!l,|a,|p,).*|-w|-pedantic|-pedantic-errors)$")
 _MACRO = re.compile(r"^-[DU]([A-Za-z_]\w*)")
+# Optimisation passes only: GCC applies them when it generates code, at use (same code with and without a header
+# built without them, tested); none defines a macro or changes how a header parses.
+_CODEGEN_ONLY = re.compile(
+    r"^-f(no-)?(unroll-loops|unroll-all-loops|tree-vectorize|tree-loop-vectorize|tree-slp-vectorize"
+    r"|omit-frame-pointer|prefetch-loop-arrays|peel-loops|ipa-pta|strict-aliasing|inline-functions)$"
+    r"|^-f(vect-cost-model|fp-contract)="
+)
 # Macros that may change the layout or ABI of the standard library, torch or pybind11 types.
 _ABI_MACRO = re.compile(r"^(_|C10_|TORCH_|AT_|CAFFE2_|PYBIND11_|Py)")
 _ABI_FLAG = re.compile(r"^(-std=.*|-f(no-)?(exceptions|rtti|PIC|pic)|-fvisibility=.*|-fvisibility-inlines-hidden)$")
-_GCC_REFUSAL = re.compile(r"^.*\.gch: (not used because|created and used with|created with).*$", re.MULTILINE)
+_GCC_REFUSAL = re.compile(
+    r"^.*\.gch: (not used because|created and used with|created with|settings for|.*\[-Winvalid-pch\]).*$", re.MULTILINE
+)
 _REFUSED_MACRO = re.compile(r"not used because [`'‘]([A-Za-z_]\w*)['’]")
 
 
@@ -92,7 +105,7 @@ def pch_key_flags(tokens: Sequence[str], sensitive_macros: Iterable[str] = ()) -
     keep_macros = set(sensitive_macros)
     out: list[str] = []
     for fam, tok in _last_of_each(tokens).items():
-        if fam == "-O" or _WARNING.match(tok):
+        if fam == "-O" or _WARNING.match(tok) or _CODEGEN_ONLY.match(tok):
             continue
         name = macro_name(tok)
         if name is not None and name not in keep_macros:

@@ -11,6 +11,7 @@ compiling only our own sources (``#include <torch/types.h>`` and friends), never
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,7 +26,7 @@ from typing import Any
 
 from musaenv import _env
 
-__all__ = ["COMMON_FLAG_SETS", "run_items", "start_background", "warmup", "warmup_items"]
+__all__ = ["COMMON_FLAG_SETS", "run_items", "start_background", "wait_background", "warmup", "warmup_items"]
 
 log = logging.getLogger(__name__)
 
@@ -162,3 +163,12 @@ def add_warmup_subparser(sub: Any) -> None:
     )
     w.add_argument("--no-full", action="store_true", help="skip torch/extension.h headers (pybind11 sources only)")
     w.set_defaults(func=_cmd_warmup)
+
+
+def wait_background(timeout_s: float = 1800.0) -> None:
+    """Wait for this process's background header builds to end (tests that check no process outlived them)."""
+    with _BG_LOCK:
+        procs = list(_BG_PROCS)
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=timeout_s)

@@ -43,7 +43,7 @@ def test_equivalent_flag_lists_share_a_header() -> None:
     assert pch_key_flags(["-fno-openmp", "-fopenmp"]) == pch_key_flags(["-fopenmp"])
     assert pch_key_flags([]) == pch_key_flags(["-O0"]) == pch_key_flags(["-DX"]) == ()
     for other in ([], ["-Os"], ["-Ofast"], ["-O3", "-march=native"], ["-O3", "-fopenmp"], ["-O3", "-ffast-math"],
-                  ["-O3", "-std=c++17"], ["-O3", "-g"]):  # fmt: skip
+                  ["-O3", "-std=c++17"], ["-O3", "-g"], ["-O3", "-mavx2"], ["-O3", "-fno-math-errno"]):  # fmt: skip
         assert pch_key_flags(other) != o3, other
     # a macro GCC once refused a header for keys the headers from then on
     assert pch_key_flags(["-O3", "-DNDEBUG"], {"NDEBUG"}) != o3
@@ -63,7 +63,8 @@ def _gxx(args: list[str], cwd: Path) -> str:
 
 
 def _code(obj: Path) -> list[str]:
-    return subprocess.run(["objdump", "-d", str(obj)], capture_output=True, text=True, check=True).stdout.split("\n")[3:]
+    out = subprocess.run(["objdump", "-d", str(obj)], capture_output=True, text=True, check=True).stdout
+    return out.split("\n")[3:]  # past the file name
 
 
 @needs_gxx
@@ -73,7 +74,9 @@ def test_gcc_accepts_what_the_key_separates_and_refuses_what_it_keeps(tmp_path: 
     (tmp_path / "h.h").write_text(HEADER)
     (tmp_path / "u.cpp").write_text(USER)
     _gxx([*BASE, *pch_key_flags(["-O3"]), "-x", "c++-header", "h.h", "-o", "h.h.gch"], tmp_path)
-    for use in (["-O3"], ["-O1"], ["-O3", "-DBLOCK=256"], ["-O2", "-Wall"], ["-O3", "-DNDEBUG"]):
+    for use in (["-O3"], ["-O1"], ["-O3", "-DBLOCK=256"], ["-O2", "-Wall"], ["-O3", "-DNDEBUG"],
+                ["-O3", "-funroll-loops", "-ftree-vectorize"], ["-O3", "-fno-strict-aliasing", "-ffp-contract=fast"],
+                ["-O3", "-fno-tree-vectorize", "-fomit-frame-pointer"]):  # fmt: skip
         assert pch_key_flags(use) == pch_key_flags(["-O3"])
         warn = _gxx([*BASE, *use, "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp", "-o", "a.o"], tmp_path)
         assert refusal(warn) == [], (use, warn)
@@ -82,7 +85,8 @@ def test_gcc_accepts_what_the_key_separates_and_refuses_what_it_keeps(tmp_path: 
         (tmp_path / "off.gch").rename(tmp_path / "h.h.gch")
         assert _code(tmp_path / "a.o") == _code(tmp_path / "b.o"), use
     for use in ([], ["-Os"], ["-O3", "-march=native"], ["-O3", "-fopenmp"], ["-O3", "-ffast-math"],
-                ["-O3", "-std=c++17"], ["-O3", "-g"]):  # fmt: skip
+                ["-O3", "-std=c++17"], ["-O3", "-g"], ["-O3", "-mavx2"], ["-O3", "-fno-math-errno"],
+                ["-O3", "-fno-exceptions"], ["-O3", "-fno-rtti"]):  # fmt: skip
         if use == ["-O3", "-march=native"] and "-mno-" not in _gxx(["-march=native", "-Q", "--help=target"], tmp_path):
             continue
         warn = _gxx([*BASE, *use, "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp", "-o", "a.o"], tmp_path)
@@ -125,4 +129,5 @@ def test_a_split_tier_error_is_final_only_when_no_header_can_explain_it() -> Non
     assert not _final_error("main.cpp:9:3: error: 'py' has not been declared\n", 40)
     assert not _final_error("main.cpp:45:40: error: expected primary-expression before ')' token\n", 40)  # ours
     assert not _final_error("c++: fatal error: killed signal terminated program cc1plus\n", 40)
+    assert _final_error("main.cpp:9:12: error: 'class at::Tensor' has no member named 'no_such_method'\n", 40)
     assert _final_error("main.cpp:3:10: fatal error: nonexistent.h: No such file or directory\n", 40)
