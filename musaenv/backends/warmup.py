@@ -172,3 +172,14 @@ def wait_background(timeout_s: float = 1800.0) -> None:
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(timeout=timeout_s)
+
+
+def first_use_note() -> str | None:
+    """A line for the CLI when this cache has built no C++ yet (what the first build does once, and why)."""
+    from musaenv.backends.loader import pch_cache_root
+
+    if any((pch_cache_root() / "bind").glob("*/module.o")):
+        return None
+    return ("first C++ build in this cache: the pybind11 binding objects are compiled once (~15 s of CPU) beside "
+            "the candidate; precompiled headers for its flags follow in the background (`musaenv warmup` "
+            "prepares the common flag sets ahead)")  # fmt: skip
