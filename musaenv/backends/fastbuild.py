@@ -13,8 +13,8 @@ flags untouched, ``TORCH_EXTENSION_NAME`` set to the module name, every function
     *signature* (read back from a symbol whose mangled name spells ``decltype(&fn)``) and one generic
     ``PYBIND11_MODULE`` object whose ``PyInit_`` symbol is renamed to the module's name. Only for sources that
     never mention Python or pybind11. A compile error here is the verdict unless it can be an artefact of the
-    narrower header (a name, member, type or overload not found: :func:`_final_error`); then, and for anything
-    else unexpected, the next tier decides.
+    narrower header (a name, member, type or overload not found that a header only ``torch/extension.h``
+    brings mentions: :func:`_final_error`); then, and for anything else unexpected, the next tier decides.
 ``pch``
     Torch's exact ``main.cpp`` compiled with a precompiled ``torch/extension.h`` when one is ready (else with the
     header itself, as ``load_inline`` compiles it). Its compiler errors are the verdict (same source, same flags,
@@ -31,6 +31,7 @@ Callers fall back to torch's ``load_inline`` when neither tier can run (e.g. a t
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 
 from musaenv.backends.bindobj import binding_objects, module_object, sig_id
 from musaenv.backends.flagkeys import strip_refusals
+from musaenv.backends.header_names import extension_only_names, names_in_quotes
 from musaenv.backends.pch import CompileFlags, PchStore, run_tool, torch_flags, unique_suffix
 
 __all__ = ["FastResult", "fast_build"]
@@ -58,6 +60,7 @@ _TYPE_WORD = re.compile(r"[A-Za-z_][\w:]*")
 _BUILTIN_WORDS = {"long", "int", "short", "char", "bool", "double", "float", "void", "unsigned", "signed", "const",
                   "volatile", "noexcept", "wchar_t", "char8_t", "char16_t", "char32_t"}  # fmt: skip
 _KNOWN_NAMESPACES = ("at::", "c10::", "std::", "torch::", "caffe2::")
+_KEYWORDS = {"class", "struct", "union", "enum", "template", "typename", "operator", "auto", "this", "namespace"}
 _ERROR_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", re.MULTILINE)
 # What a declaration missing from torch/types.h (but in torch/extension.h) can make GCC say. Not "has no member
 # named": members are in the class definition, which is complete wherever a member is used.
@@ -212,9 +215,10 @@ def _split_overlay(cache: Path) -> Path:
     return d
 
 
-def _final_error(out: str, source_lines: int) -> bool:
+def _final_error(out: str, source_lines: int, extension_names: Callable[[], frozenset[str] | None]) -> bool:
     """True when a split-tier compile error is the candidate's own, whatever header it had included: every
-    error is in its source (not our appended lines) and none is of a kind a missing declaration can cause."""
+    error is in its source (not our appended lines), and an error of a kind a missing declaration can cause
+    names nothing that the headers only ``torch/extension.h`` brings mention (:mod:`.header_names`)."""
     errors = list(_ERROR_LINE.finditer(out))
     if not errors:
         return False
@@ -222,8 +226,19 @@ def _final_error(out: str, source_lines: int) -> bool:
         if e.group("file").endswith("main.cpp") and int(e.group("line")) > source_lines:
             return False  # in the lines we appended (e.g. a bound name that does not exist): torch's own words
         if _LOOKUP_ERROR.search(e.group("msg")):
-            return False
+            names = names_in_quotes([e.group("msg")]) - _BUILTIN_WORDS - _KEYWORDS
+            known = extension_names()
+            if not names or known is None or names & known:
+                return False
     return True
+
+
+def _extension_names(flags: CompileFlags, cache: Path, tmp: Path) -> frozenset[str] | None:
+    try:
+        return extension_only_names(flags, cache, tmp)
+    except OSError as e:  # no verdict from this tier then: the pch tier decides
+        log.warning("names of torch/extension.h unavailable: %s", e)
+        return None
 
 
 class _Background:
@@ -262,7 +277,8 @@ def _split_tier(
     if pch:
         store.check_used("split", flags, out)
     if rc != 0:
-        if _final_error(out, source.count("\n") + 1):
+        names = functools.partial(_extension_names, flags, cache, tmp)
+        if _final_error(out, source.count("\n") + 1, names):
             steps.append({"step": "verdict_from_split"})
             module_job.wait()
             return FastResult(False, _error_log(name, cmd, out), "split", steps)

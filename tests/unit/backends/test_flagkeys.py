@@ -122,12 +122,28 @@ def _store_with_header(root: Path, user: list[str]) -> tuple[PchStore, Path]:
 
 
 def test_a_split_tier_error_is_final_only_when_no_header_can_explain_it() -> None:
+    def names() -> frozenset[str]:
+        return frozenset({"linear", "functional", "nn", "torch", "py", "pybind11"})
+
     syntax = "main.cpp:7:28: error: expected primary-expression before ';' token\n"
-    assert _final_error(syntax, 40)
-    assert _final_error(syntax + "main.cpp:9:3: error: 'x' was not declared in this scope\n", 40) is False
-    assert not _final_error("main.cpp:9:3: error: 'linear' is not a member of 'torch::nn::functional'\n", 40)
-    assert not _final_error("main.cpp:9:3: error: 'py' has not been declared\n", 40)
-    assert not _final_error("main.cpp:45:40: error: expected primary-expression before ')' token\n", 40)  # ours
-    assert not _final_error("c++: fatal error: killed signal terminated program cc1plus\n", 40)
-    assert _final_error("main.cpp:9:12: error: 'class at::Tensor' has no member named 'no_such_method'\n", 40)
-    assert _final_error("main.cpp:3:10: fatal error: nonexistent.h: No such file or directory\n", 40)
+    assert _final_error(syntax, 40, names)
+    # a name no header of torch/extension.h mentions: missing either way
+    assert _final_error(syntax + "main.cpp:9:3: error: ‘no_such_fn’ was not declared in this scope\n", 40, names)
+    assert not _final_error("main.cpp:9:3: error: 'linear' is not a member of 'torch::nn::functional'\n", 40, names)
+    assert not _final_error("main.cpp:9:3: error: 'py' has not been declared\n", 40, names)
+    assert not _final_error("main.cpp:9:3: error: 'x' was not declared in this scope\n", 40, lambda: None)
+    assert not _final_error("main.cpp:45:40: error: expected primary-expression before ')' token\n", 40, names)
+    assert not _final_error("c++: fatal error: killed signal terminated program cc1plus\n", 40, names)
+    assert _final_error("main.cpp:9:12: error: 'class at::Tensor' has no member named 'no_such_method'\n", 40, names)
+    assert _final_error("main.cpp:3:10: fatal error: nonexistent.h: No such file or directory\n", 40, names)
+
+
+def test_names_only_torch_extension_h_brings_come_from_the_compiler(tmp_path: Path) -> None:
+    from musaenv.backends.header_names import extension_only_names
+    from musaenv.backends.pch import torch_flags
+
+    flags = torch_flags(tmp_path, "musaenv_names", ["-O3"], [], [])
+    names = extension_only_names(flags, tmp_path, tmp_path)
+    assert names is not None and {"pybind11", "PYBIND11_MODULE", "Linear", "Sequential"} <= names
+    assert "musaenv_no_such_function" not in names
+    assert extension_only_names(flags, tmp_path, tmp_path) == names  # kept, not recomputed
