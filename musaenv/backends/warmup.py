@@ -159,7 +159,7 @@ def add_warmup_subparser(sub: Any) -> None:
         "--flags",
         action="append",
         default=None,
-        help='a flag set to prepare, e.g. --flags "-O3 -fopenmp" (repeatable; default: the common sets)',
+        help='a flag set to prepare, e.g. --flags="-O3 -fopenmp" (repeatable; default: the common sets)',
     )
     w.add_argument("--no-full", action="store_true", help="skip torch/extension.h headers (pybind11 sources only)")
     w.set_defaults(func=_cmd_warmup)
