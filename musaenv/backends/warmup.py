@@ -39,7 +39,7 @@ COMMON_FLAG_SETS: tuple[tuple[str, ...], ...] = (
     ("-O3", "-march=native", "-fopenmp"),
 )
 _WHY = {
-    "bind": "binding objects (pybind11 module and common function types), shared by all flags of this -O class",
+    "bind": "binding objects (pybind11 module and common function types), shared by all usual flags",
     "split": "precompiled torch/types.h for the candidate's own code",
     "full": "precompiled torch/extension.h for sources that use pybind11 or Python",
 }
@@ -49,15 +49,15 @@ _BG_SEEN: set[str] = set()
 
 
 def warmup_items(flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bool = True) -> list[dict[str, Any]]:
-    """What ``musaenv warmup`` builds, in order: binding objects per ``-O`` class, a types header per flag set,
+    """What ``musaenv warmup`` builds, in order: binding objects per binding key, a types header per flag set,
     extension headers for the first two sets (``-O3`` and none)."""
-    from musaenv.backends.flagkeys import opt_class
+    from musaenv.backends.flagkeys import bind_key_flags
 
     items: list[dict[str, Any]] = []
-    classes: set[str | None] = set()
+    keys: set[tuple[str, ...]] = set()
     for flags in flag_sets:
-        if opt_class(flags) not in classes:
-            classes.add(opt_class(flags))
+        if bind_key_flags(flags) not in keys:
+            keys.add(bind_key_flags(flags))
             items.append({"kind": "bind", "extra_cflags": list(flags)})
         items.append({"kind": "split", "extra_cflags": list(flags)})
     if full:
