@@ -147,7 +147,7 @@ def test_forged_reference_timing_is_remeasured(boundary: Boundary) -> None:
     for path in (_env.cache_dir() / "reftime").glob("*.json"):
         record = json.loads(path.read_text())
         if not isinstance(record, dict) or "body" not in record:
-            continue  # an unsealed entry (an older release's cache, a shared /tmp): re-measured anyway, nothing to forge
+            continue  # an unsealed entry (an older release's cache, a shared /tmp): re-measured, nothing to forge
         record["body"]["median_ms"] = record["body"]["median_ms"] * 6  # a 6x slower reference, old HMAC kept
         path.write_text(json.dumps(record))
         forged[path] = record["body"]["median_ms"]
