@@ -138,6 +138,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     config = EvalConfig(
         tier=args.tier, num_trials=args.trials, static_policy=args.policy, secret_plans=not args.reproducible
     )
+    _first_use_note(args.json)
     with LocalEvaluator(args.backend, config) as ev, progress("evaluating", not args.json):
         result = ev.evaluate(task, response, seed=args.seed)
     score = candidate_score(result)
@@ -159,6 +160,14 @@ def _demo_responses(task_id: str) -> list[str]:
     return [f"First try:\n```python\n{broken}\n```", f"Fixed the syntax error:\n```python\n{good}\n```"]
 
 
+def _first_use_note(quiet: bool) -> None:
+    from musaenv.backends.warmup import first_use_note
+
+    note = None if quiet else first_use_note()
+    if note:
+        print(note, file=sys.stderr)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
@@ -168,6 +177,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         obs, info = env.reset(seed=args.seed)
         print(f"== Task {info['task_id']} (tier {info['tier']}), prompt of {len(obs)} characters ==")
+        _first_use_note(args.quiet)
         for k, response in enumerate(_demo_responses(args.task), start=1):
             with progress(f"turn {k}: compiling and running", not args.quiet):
                 obs, reward, terminated, truncated, info = env.step(response)
@@ -235,6 +245,7 @@ def _optional_subcommands() -> list[Callable[[Any], None]]:
         ("musaenv.bench.cli", "add_bench_subparser"),
         ("musaenv.rl.dataset", "add_dataset_subparser"),
         ("musaenv.rl.adapters.openenv_server", "add_serve_subparser"),
+        ("musaenv.backends.warmup", "add_warmup_subparser"),
     ):
         try:
             mod = __import__(module, fromlist=[fn])

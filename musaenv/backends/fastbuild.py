@@ -8,14 +8,22 @@ flags untouched, ``TORCH_EXTENSION_NAME`` set to the module name, every function
 ``split``
     The candidate's code is compiled *without* pybind11: a directory earlier on the include path maps
     ``torch/extension.h`` to ``torch/types.h`` (ATen, ``torch::Tensor`` and the torch factory functions, with a
-    precompiled ``torch/types.h``); code that needs more (``torch::nn``, Python) fails here and goes to ``pch``.
-    The binding goes in other translation units: one object per function *signature* (read back from a symbol
-    whose mangled name spells ``decltype(&fn)``) and one generic ``PYBIND11_MODULE`` object whose ``PyInit_``
-    symbol is renamed to the module's name; both are built once and cached under ``<cache>/pch/bind``. Only for
-    sources that never mention Python or pybind11; anything unexpected falls through to the next tier.
+    precompiled ``torch/types.h`` when one is ready for these flags, :mod:`musaenv.backends.flagkeys`). The
+    binding goes in other translation units (:mod:`musaenv.backends.bindobj`): one object per function
+    *signature* (read back from a symbol whose mangled name spells ``decltype(&fn)``) and one generic
+    ``PYBIND11_MODULE`` object whose ``PyInit_`` symbol is renamed to the module's name. Only for sources that
+    never mention Python or pybind11. A compile error here is the verdict unless it can be an artefact of the
+    narrower header (a name, member, type or overload not found that a header only ``torch/extension.h``
+    brings mentions: :func:`_final_error`); then, and for anything else unexpected, the next tier decides.
 ``pch``
-    Torch's exact ``main.cpp`` compiled with a precompiled ``torch/extension.h``. Its compiler errors are the
-    verdict (same source, same flags, same file name as ``load_inline`` would report).
+    Torch's exact ``main.cpp`` compiled with a precompiled ``torch/extension.h`` when one is ready (else with the
+    header itself, as ``load_inline`` compiles it). Its compiler errors are the verdict (same source, same flags,
+    same file name as ``load_inline`` would report).
+
+No build waits for a precompiled header: a missing one is compiled without and named in ``FastResult.wanted``,
+which the parent builds in the background (:mod:`musaenv.backends.warmup`). The candidate's compiles may write
+only their private directory (a Landlock layer on each compiler process, :func:`_writes_only`): the header and
+binding store is written by our own compiles of our own sources alone.
 
 Callers fall back to torch's ``load_inline`` when neither tier can run (e.g. a torch whose flag helpers changed).
 
@@ -31,18 +39,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
-import json
+import functools
 import logging
-import os
 import re
-import time
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from musaenv.backends.pch import CompileFlags, PchStore, file_lock, run_tool, torch_flags, unique_suffix
+from musaenv.backends.bindobj import binding_objects, module_object, sig_id
+from musaenv.backends.flagkeys import strip_refusals
+from musaenv.backends.header_names import extension_only_names, names_in_quotes
+from musaenv.backends.pch import CompileFlags, PchStore, run_tool, torch_flags, unique_suffix
 
 __all__ = ["FastResult", "fast_build", "linking_with"]
 
@@ -59,6 +68,17 @@ _TYPE_WORD = re.compile(r"[A-Za-z_][\w:]*")
 _BUILTIN_WORDS = {"long", "int", "short", "char", "bool", "double", "float", "void", "unsigned", "signed", "const",
                   "volatile", "noexcept", "wchar_t", "char8_t", "char16_t", "char32_t"}  # fmt: skip
 _KNOWN_NAMESPACES = ("at::", "c10::", "std::", "torch::", "caffe2::")
+_KEYWORDS = {"class", "struct", "union", "enum", "template", "typename", "operator", "auto", "this", "namespace"}
+_ERROR_LINE = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<msg>.*)$", re.MULTILINE)
+# What a declaration missing from torch/types.h (but in torch/extension.h) can make GCC say. Not "has no member
+# named": members are in the class definition, which is complete wherever a member is used.
+_LOOKUP_ERROR = re.compile(
+    r"not declared|not a member|does not name|has not been declared|incomplete type|no matching"
+    r"|is not a (class|namespace|template|type)|undeclared|there are no arguments|not a template|ambiguous"
+    r"|no type named|forward declaration|could not convert|cannot convert|invalid use of|nested-name-specifier"
+    r"|expected (unqualified-id|type-specifier|template-name|class-name|namespace-name|nested-name|primary-expression"
+    r" before '[<>(]|'[;,)]' before '[<>]|initializer before '[<]')"
+)
 
 
 @dataclass
@@ -70,12 +90,15 @@ class FastResult:
         log: Compiler output (for failures: the verdict, formatted like torch's build errors).
         tier: ``split`` or ``pch`` (the tier that decided).
         steps: What was tried, with seconds, for benchmarks and logs.
+        wanted: Precompiled headers (``split``/``full``) that were missing for these flags, for the parent to
+            build in the background.
     """
 
     ok: bool
     log: str
     tier: str
     steps: list[dict[str, Any]] = field(default_factory=list)
+    wanted: list[str] = field(default_factory=list)
 
 
 def _main_cpp(spec: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
@@ -93,9 +116,24 @@ def _binding_block(pairs: list[tuple[str, str]]) -> str:
     return "\n".join([*lines, "}"])
 
 
+def _writes_only(tmp: Path) -> Callable[[], None]:
+    """A ``preexec_fn`` stacking a Landlock layer on a compiler process: it may write ``tmp`` (and
+    ``/dev/null``) only, not the shared store the builder itself may write. Without Landlock it changes
+    nothing (the build sandbox still holds)."""
+    from musaenv.evaluator.sandbox import _PyGuard  # imported before the fork: no import lock in the child
+
+    paths = [str(tmp), "/dev/null"]
+
+    def apply() -> None:
+        with contextlib.suppress(OSError):  # without it the builder's own sandbox still confines the compiler
+            _PyGuard.restrict_writes(paths)
+
+    return apply
+
+
 def _compile(flags: CompileFlags, extra: list[str], src: Path, obj: Path, tmp: Path) -> tuple[int, str, list[str]]:
     cmd = [*flags.cxx, *flags.cflags, *extra, "-c", str(src), "-o", str(obj)]
-    rc, out = run_tool(cmd, tmp)
+    rc, out = run_tool(cmd, tmp, preexec=_writes_only(tmp))
     return rc, out, cmd
 
 
@@ -118,12 +156,13 @@ def _link(flags: CompileFlags, objs: list[Path], out: Path, tmp: Path) -> tuple[
     linker = _LINKER.get()
     if linker is not None:
         return linker(objs, out)
-    return run_tool([*flags.cxx, *[str(o) for o in objs], *flags.ldflags, "-o", str(out)], tmp)
+    return run_tool([*flags.cxx, *[str(o) for o in objs], *flags.ldflags, "-o", str(out)], tmp,
+                    preexec=_writes_only(tmp))  # fmt: skip
 
 
 def _error_log(name: str, cmd: list[str], out: str) -> str:
     """A build failure in the shape torch reports it (the compiler's own lines verbatim)."""
-    return f"RuntimeError: Error building extension '{name}': FAILED: main.o\n{' '.join(cmd)}\n{out}"
+    return f"RuntimeError: Error building extension '{name}': FAILED: main.o\n{' '.join(cmd)}\n{strip_refusals(out)}"
 
 
 def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: str = "fast") -> FastResult | None:
@@ -146,20 +185,20 @@ def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: st
     except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
         log.warning("fast build unavailable, using load_inline: %s", e)
         return None
-    timeout = spec.get("timeout_s")
-    store = PchStore(cache, deadline=time.monotonic() + float(timeout) if timeout else None)
+    store = PchStore(cache)
     store.sweep()
     source, pairs = _main_cpp(spec)
     steps: list[dict[str, Any]] = []
+    res: FastResult | None = None
     if mode == "fast" and _split_eligible(spec, source, pairs):
         try:
             res = _split_tier(flags, store, source, pairs, name, tmp, cache, steps)
         except OSError as e:  # e.g. binutils (nm, c++filt, objcopy) missing: the pch tier needs none of them
             log.warning("split build unavailable: %s", e)
-            res = None
-        if res is not None:
-            return res
-    return _pch_tier(flags, store, source, pairs, name, tmp, steps)
+    if res is None:
+        res = _pch_tier(flags, store, source, pairs, name, tmp, steps)
+    res.wanted = list(dict.fromkeys(store.wanted))
+    return res
 
 
 def _split_eligible(spec: dict[str, Any], source: str, pairs: list[tuple[str, str]]) -> bool:
@@ -173,15 +212,14 @@ def _split_eligible(spec: dict[str, Any], source: str, pairs: list[tuple[str, st
 def _pch_tier(
     flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
     steps: list[dict[str, Any]],
-) -> FastResult | None:  # fmt: skip
+) -> FastResult:  # fmt: skip
     pch = store.include_flags("full", flags)
-    if pch is None:
-        return None
     src = tmp / "main.cpp"
     src.write_text(source + ("\n" + _binding_block(pairs) if pairs else ""))
-    rc, out, cmd = _compile(flags, pch, src, tmp / "main.o", tmp)
-    steps.append({"step": "pch_compile", "rc": rc})
-    store.check_used("full", flags, out)
+    rc, out, cmd = _compile(flags, pch or [], src, tmp / "main.o", tmp)
+    steps.append({"step": "pch_compile" if pch else "compile", "rc": rc})
+    if pch:
+        store.check_used("full", flags, out)
     if rc != 0:
         return FastResult(False, _error_log(name, cmd, out), "pch", steps)
     rc, out = _link(flags, [tmp / "main.o"], tmp / f"{name}.so", tmp)
@@ -203,13 +241,54 @@ def _split_overlay(cache: Path) -> Path:
     return d
 
 
+def _final_error(out: str, source_lines: int, extension_names: Callable[[], frozenset[str] | None]) -> bool:
+    """True when a split-tier compile error is the candidate's own, whatever header it had included: every
+    error is in its source (not our appended lines), and an error of a kind a missing declaration can cause
+    names nothing that the headers only ``torch/extension.h`` brings mention (:mod:`.header_names`)."""
+    errors = list(_ERROR_LINE.finditer(out))
+    if not errors:
+        return False
+    for e in errors:
+        if e.group("file").endswith("main.cpp") and int(e.group("line")) > source_lines:
+            return False  # in the lines we appended (e.g. a bound name that does not exist): torch's own words
+        if _LOOKUP_ERROR.search(e.group("msg")):
+            names = names_in_quotes([e.group("msg")]) - _BUILTIN_WORDS - _KEYWORDS
+            known = extension_names()
+            if not names or known is None or names & known:
+                return False
+    return True
+
+
+def _extension_names(flags: CompileFlags, cache: Path, tmp: Path) -> frozenset[str] | None:
+    try:
+        return extension_only_names(flags, cache, tmp)
+    except OSError as e:  # no verdict from this tier then: the pch tier decides
+        log.warning("names of torch/extension.h unavailable: %s", e)
+        return None
+
+
+class _Background:
+    """Run ``fn`` on a thread while the candidate compiles (a fresh install's module object, ~15 s)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.result: Any = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        self.result = fn()
+
+    def wait(self) -> Any:
+        self._thread.join()
+        return self.result
+
+
 def _split_tier(
     flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
     cache: Path, steps: list[dict[str, Any]],
 ) -> FastResult | None:  # fmt: skip
     pch = store.include_flags("split", flags)
-    if pch is None:
-        return None
+    module_job = _Background(lambda: module_object(flags, cache, steps))
     scaffold = ["", "template <int I, class T> void musaenv_sig_() {}"]
     for i, (f, _) in enumerate(pairs):
         scaffold.append(f"template void musaenv_sig_<{i}, decltype(&{f})>();")
@@ -219,28 +298,42 @@ def _split_tier(
         )
     user = tmp / "main.cpp"
     user.write_text(source + "\n".join(scaffold) + "\n")
-    rc, out, _ = _compile(flags, ["-I", str(_split_overlay(cache)), *pch], user, tmp / "main.o", tmp)
-    steps.append({"step": "split_compile", "rc": rc})
-    store.check_used("split", flags, out)
+    rc, out, cmd = _compile(flags, ["-I", str(_split_overlay(cache)), *(pch or [])], user, tmp / "main.o", tmp)
+    steps.append({"step": "split_compile" if pch else "split_compile_no_pch", "rc": rc})
+    if pch:
+        store.check_used("split", flags, out)
     if rc != 0:
-        return None  # the pch tier gives the authoritative error (or succeeds where the light header did not)
+        names = functools.partial(_extension_names, flags, cache, tmp)
+        if _final_error(out, source.count("\n") + 1, names):
+            steps.append({"step": "verdict_from_split"})
+            module_job.wait()
+            return FastResult(False, _error_log(name, cmd, out), "split", steps)
+        module_job.wait()  # useful to every later build; and no half-written object is left behind
+        return None  # may be the narrower header's doing: the pch tier gives the authoritative error
+    module = module_job.wait()
     sigs = _signatures(tmp / "main.o", len(pairs), tmp)
-    if sigs is None:
+    if sigs is None or module is None:
         return None
-    bound = _binding_objects(flags, store, list(dict.fromkeys(sigs)), cache, steps)
-    if bound is None:
-        return None
-    objs = [tmp / "main.o", *bound]
-    module = _module_object(flags, store, name, cache, tmp, steps)
+    bound = binding_objects(flags, list(dict.fromkeys(sigs)), cache, steps)
     stub = _stub(pairs, sigs, name, tmp)
-    if module is None or stub is None:
+    renamed = _renamed_module(module, name, tmp)
+    if bound is None or renamed is None:
         return None
     rc, _, _ = _compile(flags, [], stub, tmp / "musaenv_stub.o", tmp)
     if rc != 0:
         return None
-    rc, _ = _link(flags, [*objs, tmp / "musaenv_stub.o", module], tmp / f"{name}.so", tmp)
+    rc, _ = _link(flags, [tmp / "main.o", *bound, tmp / "musaenv_stub.o", renamed], tmp / f"{name}.so", tmp)
     steps.append({"step": "link", "rc": rc})
     return FastResult(True, "", "split", steps) if rc == 0 else None
+
+
+def _renamed_module(module: Path, name: str, tmp: Path) -> Path | None:
+    """The module object with its ``PyInit_`` symbol renamed to this module's name."""
+    renamed = tmp / "musaenv_module.o"
+    rc, _ = run_tool(
+        ["objcopy", f"--redefine-sym=PyInit_musaenv_generic_module=PyInit_{name}", str(module), str(renamed)], tmp, 60
+    )
+    return renamed if rc == 0 else None
 
 
 def _signatures(obj: Path, n: int, tmp: Path) -> list[str] | None:
@@ -266,113 +359,12 @@ def _spellable(sig: str) -> bool:
     return all(w in _BUILTIN_WORDS or w.startswith(_KNOWN_NAMESPACES) for w in words)
 
 
-def _sig_id(sig: str) -> str:
-    return hashlib.sha256(sig.encode()).hexdigest()[:16]
-
-
-def _cached_object(path: Path, source: str, flags: CompileFlags, pch: list[str], steps: list[dict[str, Any]]) -> bool:
-    """Compile ``source`` into ``path`` once (under a lock, renamed into place); True when it exists."""
-    if path.exists():
-        return True
-    with file_lock(path.with_name(f".{path.name}.lock")):
-        if path.exists():
-            return True
-        src = path.with_suffix(".cpp")
-        src.write_text(source)
-        part = path.with_name(f".{path.name}.part")
-        cmd = [*flags.cxx, *flags.pch_flags(), "-DTORCH_EXTENSION_NAME=musaenv_generic_module", *pch]
-        rc, out = run_tool([*cmd, "-c", str(src), "-o", str(part)], path.parent)
-        steps.append({"step": f"cache_object:{path.name}", "rc": rc})
-        if rc != 0:
-            log.warning("binding object %s failed: %s", path.name, out[-800:])
-            part.unlink(missing_ok=True)
-            return False
-        part.replace(path)
-    return True
-
-
-def _binding_objects(
-    flags: CompileFlags, store: PchStore, sigs: list[str], cache: Path, steps: list[dict[str, Any]]
-) -> list[Path] | None:
-    """Objects defining ``def_<id>`` for every signature; the missing ones are compiled together, in one unit.
-
-    The ~14 s a unit with ``torch/extension.h`` costs is paid once per batch of new signatures (each extra one
-    adds about a second); ``def_<id>.json`` records which object holds a signature. Definitions are weak, so two
-    objects that both hold one (two builders raced) still link.
-    """
-    d = cache / "bind" / flags.key()
-    found: dict[str, Path] = {}
-    for sig in sigs:
-        ref = _read_ref(d / f"def_{_sig_id(sig)}.json")
-        if ref is not None:
-            found[sig] = ref
-    missing = [sig for sig in sigs if sig not in found]
-    if missing:
-        obj = d / f"defs_{_sig_id(chr(10).join(missing))}.o"
-        lines = ["#include <torch/extension.h>", "namespace musaenv_bind {"]
-        for sig in missing:
-            lines += [
-                f'__attribute__((weak, visibility("hidden"))) void def_{_sig_id(sig)}(PyObject* mod, const char* name, '
-                "const char* doc, void* fn) {",
-                f"  using Sig = {sig};",
-                "  auto m = pybind11::reinterpret_borrow<pybind11::module_>(mod);",
-                "  m.def(name, torch::wrap_pybind_function(reinterpret_cast<Sig>(fn)), doc);",
-                "}",
-            ]
-        d.mkdir(parents=True, exist_ok=True)
-        source = "\n".join([*lines, "}  // namespace musaenv_bind", ""])
-        if not _cached_object(obj, source, flags, store.include_flags("full", flags) or [], steps):
-            return None
-        for sig in missing:
-            part = d / f".def_{_sig_id(sig)}.{unique_suffix()}.json"
-            part.write_text(json.dumps({"object": obj.name, "signature": sig}))
-            os.replace(part, d / f"def_{_sig_id(sig)}.json")
-            found[sig] = obj
-    return list(dict.fromkeys(found[sig] for sig in sigs))
-
-
-def _read_ref(path: Path) -> Path | None:
-    try:
-        obj = path.parent / str(json.loads(path.read_text())["object"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return obj if obj.exists() else None
-
-
-def _module_object(
-    flags: CompileFlags, store: PchStore, name: str, cache: Path, tmp: Path, steps: list[dict[str, Any]]
-) -> Path | None:
-    """The generic ``PYBIND11_MODULE`` object, with its ``PyInit_`` symbol renamed to this module's name."""
-    path = cache / "bind" / flags.key() / "module.o"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        source = "\n".join([
-            "#include <torch/extension.h>",
-            'extern "C" __attribute__((visibility("hidden"))) int musaenv_module_body(PyObject* m);',
-            'extern "C" __attribute__((visibility("hidden"))) const char* musaenv_module_name();',
-            "PYBIND11_MODULE(musaenv_generic_module, m) {",
-            "  if (m.attr(\"__name__\").cast<std::string>() != musaenv_module_name()) {",
-            "    m.attr(\"__name__\") = musaenv_module_name();  // single-phase init (pybind11 2.x) names by def",
-            "  }",
-            "  if (musaenv_module_body(m.ptr()) != 0) throw pybind11::error_already_set();",
-            "}",
-        ])  # fmt: skip
-        if not _cached_object(path, source + "\n", flags, store.include_flags("full", flags) or [], steps):
-            return None
-    renamed = tmp / "musaenv_module.o"
-    rc, _ = run_tool(
-        ["objcopy", f"--redefine-sym=PyInit_musaenv_generic_module=PyInit_{name}", str(path), str(renamed)], tmp, 60
-    )
-    return renamed if rc == 0 else None
-
-
-def _stub(pairs: list[tuple[str, str]], sigs: list[str], name: str, tmp: Path) -> Path | None:
+def _stub(pairs: list[tuple[str, str]], sigs: list[str], name: str, tmp: Path) -> Path:
     """The per-module glue: calls each signature's ``def_`` with the function's address (no headers at all)."""
     lines = ["struct _object;", "typedef struct _object PyObject;", "namespace musaenv_bind {"]
     for sig in dict.fromkeys(sigs):
         lines.append(
-            f'__attribute__((visibility("hidden"))) void def_{_sig_id(sig)}(PyObject*, const char*, const char*, '
-            "void*);"
+            f'__attribute__((visibility("hidden"))) void def_{sig_id(sig)}(PyObject*, const char*, const char*, void*);'
         )
     lines.append("}")
     for i in range(len(pairs)):
@@ -381,7 +373,7 @@ def _stub(pairs: list[tuple[str, str]], sigs: list[str], name: str, tmp: Path) -
                  f'{{ return "{name}"; }}')  # fmt: skip
     lines.append('extern "C" __attribute__((visibility("hidden"))) int musaenv_module_body(PyObject* m) {')
     for i, ((f, doc), sig) in enumerate(zip(pairs, sigs)):
-        lines.append(f'  musaenv_bind::def_{_sig_id(sig)}(m, "{f}", "{doc}", musaenv_fn_{i}());')
+        lines.append(f'  musaenv_bind::def_{sig_id(sig)}(m, "{f}", "{doc}", musaenv_fn_{i}());')
     lines += ["  return 0;", "}"]
     path = tmp / "musaenv_stub.cpp"
     path.write_text("\n".join(lines) + "\n")

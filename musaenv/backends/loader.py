@@ -289,6 +289,10 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         result = _read_json(tmp / "result.json")
         build_log = str(result.get("log", "")) or _tail(tmp / "builder.log")
         extra = {"tier": result.get("tier"), "steps": result.get("steps", [])} if result else {}
+        if result.get("wanted") and not timed_out:  # headers this build went without: built for the next one
+            from musaenv.backends.warmup import start_background
+
+            start_background([str(k) for k in result["wanted"]], spec.to_dict())
         if timed_out:
             msg = f"compilation exceeded the {timeout_s:.0f} s limit and was killed"
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)

@@ -11,10 +11,12 @@ separately cached objects.
 Everything here lives under ``<MUSAENV_CACHE_DIR>/pch``; torch's own ``use_pch`` writes into site-packages and
 deletes the file on every ``load_inline(use_pch=False)``, so it is not used.
 
-A precompiled header is only valid for the flags it was built with (GCC checks ``-O``-dependent macros such as
-``__OPTIMIZE__``), so there is one per distinct (header, flags) pair, built once under an ``flock`` (released by
-the kernel when a builder dies, so a killed build never leaves a lock behind) and renamed into place atomically.
-Each is ~0.7-0.8 GB; :data:`MAX_PCH_SETS` bounds how many flag sets get one.
+A precompiled header is only valid for some of the flags it was built with, so there is one per (header, key),
+the key being the flags a header depends on (:mod:`musaenv.backends.flagkeys`: ``-O3 -DBLOCK=64`` and ``-O2``
+share one). Each is built once under an ``flock`` (released by the kernel when a builder dies, so a killed build
+never leaves a lock behind) and renamed into place atomically, never while a candidate's build waits
+(:meth:`PchStore.include_flags` only reads; warm-up and background builds call :meth:`PchStore.build`).
+~0.45 GB (types) or ~0.8 GB (extension) each; :data:`MAX_PCH_SETS` bounds how many keys get one.
 """
 
 from __future__ import annotations
@@ -31,16 +33,19 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from musaenv.backends.flagkeys import bind_key_flags, macro_name, pch_key_flags, refusal, refused_macros
 
 __all__ = ["MAX_PCH_SETS", "CompileFlags", "PchStore", "file_lock", "run_tool", "torch_flags", "unique_suffix"]
 
 log = logging.getLogger(__name__)
 
-MAX_PCH_SETS = 6  # distinct flag sets with their own PCH (each ~0.8 GB on disk); more builds go without one
+# Flag sets (after flagkeys' keying) with their own header, per kind (~0.45 GB types, ~0.8 GB extension each)
+MAX_PCH_SETS = {"split": 8, "full": 3}
 PCH_TIMEOUT_S = 600.0
 # A build starts a missing PCH only with this much of its time limit left: the slowest PCH build seen on the
 # loaded 2-core CI machine took 88 s wall (torch/extension.h), and the candidate's own compile must still fit.
@@ -61,19 +66,41 @@ class CompileFlags:
         cxx: The compiler command (``$CXX`` or ``c++``), split.
         cflags: Flags of the compile rule, including ``-DTORCH_EXTENSION_NAME=<name>`` and the candidate's flags.
         ldflags: Flags of the link rule (``-shared``, torch's libraries, the candidate's flags).
+        user: The candidate's own compile flags (a slice of ``cflags``, from ``user_at``).
+        user_at: Where ``user`` starts in ``cflags``.
     """
 
     cxx: tuple[str, ...]
     cflags: tuple[str, ...]
     ldflags: tuple[str, ...]
+    user: tuple[str, ...] = ()
+    user_at: int = -1
 
-    def pch_flags(self) -> tuple[str, ...]:
-        """The flags that decide whether a precompiled header fits (the module name is irrelevant to it)."""
-        return tuple(f for f in self.cflags if not f.startswith("-DTORCH_EXTENSION_NAME="))
+    def _with_user(self, user: Sequence[str]) -> tuple[str, ...]:
+        at = self.user_at if self.user_at >= 0 else len(self.cflags)
+        flags = (*self.cflags[:at], *user, *self.cflags[at + len(self.user) :])
+        return tuple(f for f in flags if not f.startswith("-DTORCH_EXTENSION_NAME="))
 
-    def key(self) -> str:
-        """Content hash of the compiler and the PCH-relevant flags."""
-        return hashlib.sha256(json.dumps([self.cxx, self.pch_flags()]).encode()).hexdigest()[:16]
+    def pch_flags(self, sensitive_macros: Sequence[str] = ()) -> tuple[str, ...]:
+        """The flags a precompiled header for this build is made with: torch's, and of the candidate's only those
+        a header depends on (:func:`musaenv.backends.flagkeys.pch_key_flags`); never the module name."""
+        return self._with_user(pch_key_flags(self.user, sensitive_macros))
+
+    def bind_flags(self) -> tuple[str, ...]:
+        """The flags the binding objects are compiled with (:func:`musaenv.backends.flagkeys.bind_key_flags`)."""
+        return self._with_user(bind_key_flags(self.user))
+
+    def key(self, sensitive_macros: Sequence[str] = ()) -> str:
+        """Content hash of the compiler and the flags a precompiled header depends on."""
+        return _digest([self.cxx, self.pch_flags(sensitive_macros)])
+
+    def bind_key(self) -> str:
+        """Content hash of the compiler and the flags the binding objects depend on."""
+        return _digest([self.cxx, self.bind_flags(), "python.h"])
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
 
 
 def _split_user_flags(flags: Sequence[str]) -> list[str]:
@@ -139,10 +166,12 @@ def torch_flags(
     user_c, user_ld = _split_user_flags(extra_cflags), _split_user_flags(extra_ldflags)
     includes = [f"-I{os.path.abspath(p.strip())}" for p in include_paths]
     cflags: list[str] = []
+    user_at = -1
     for f in tpl["cflags"]:
         if f == f"-DTORCH_EXTENSION_NAME={_NAME_MARK}":
             cflags.append(f"-DTORCH_EXTENSION_NAME={name}")
         elif f == _CFLAG_MARK:
+            user_at = len(cflags)
             cflags.extend(user_c)
         elif f == f"-I{_INCLUDE_MARK}":
             cflags.extend(includes)
@@ -151,13 +180,21 @@ def torch_flags(
     ldflags: list[str] = []
     for f in tpl["ldflags"]:
         ldflags.extend(user_ld if f == _LDFLAG_MARK else [f])
-    return CompileFlags(tuple(tpl["cxx"]), tuple(cflags), tuple(ldflags))
+    return CompileFlags(tuple(tpl["cxx"]), tuple(cflags), tuple(ldflags), tuple(user_c), user_at)
 
 
-def run_tool(cmd: Sequence[str], cwd: Path, timeout_s: float = PCH_TIMEOUT_S) -> tuple[int, str]:
-    """Run a compiler-like tool; returns (exit code, combined output). Raises ``OSError`` when it cannot start."""
+def run_tool(
+    cmd: Sequence[str], cwd: Path, timeout_s: float = PCH_TIMEOUT_S, preexec: Callable[[], None] | None = None
+) -> tuple[int, str]:
+    """Run a compiler-like tool; returns (exit code, combined output). Raises ``OSError`` when it cannot start.
+
+    ``preexec`` runs in the child before the tool (e.g. a further Landlock layer for a candidate's compile).
+    """
     try:
-        p = subprocess.run(list(cmd), cwd=str(cwd), capture_output=True, text=True, errors="replace", timeout=timeout_s)
+        p = subprocess.run(
+            list(cmd), cwd=str(cwd), capture_output=True, text=True, errors="replace", timeout=timeout_s,
+            preexec_fn=preexec,
+        )  # fmt: skip
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else str(e.stdout or "")
         return 124, out + f"\n{cmd[0]} timed out after {timeout_s:.0f} s"
@@ -187,52 +224,86 @@ def file_lock(path: Path) -> Iterator[None]:
 class PchStore:
     """Precompiled headers under ``<cache>/pch/<kind>-<flags key>/``.
 
+    A build never waits for a header that is missing: it compiles without one (the split tier's unit then parses
+    ``torch/types.h``, ~7 s instead of ~3 s) and names the header in :attr:`wanted`, which the parent builds in
+    the background (:mod:`musaenv.backends.warmup`); ``musaenv warmup`` builds the common flag sets ahead.
+
     Args:
         root: The ``pch`` cache directory.
-        max_sets: At most this many flag sets get headers; others compile without one.
-        deadline: ``time.monotonic()`` by which the current build must end; a missing header is only built when
-            at least :data:`PCH_MIN_BUDGET_S` remain (``None``: no limit).
+        max_sets: At most this many flag sets per kind get headers (default :data:`MAX_PCH_SETS`).
+        deadline: ``time.monotonic()`` by which the current build must end; :meth:`build` starts a missing
+            header only when at least :data:`PCH_MIN_BUDGET_S` remain (``None``: no limit).
     """
 
-    def __init__(self, root: Path, max_sets: int = MAX_PCH_SETS, deadline: float | None = None) -> None:
+    def __init__(self, root: Path, max_sets: dict[str, int] | None = None, deadline: float | None = None) -> None:
         self.root = root
-        self.max_sets = max_sets
+        self.max_sets = max_sets or MAX_PCH_SETS
         self.deadline = deadline
+        self.wanted: list[str] = []
+        self._macros: tuple[str, ...] | None = None
+
+    def sensitive_macros(self) -> tuple[str, ...]:
+        """Macros GCC refused a header for (they are part of every header key from then on)."""
+        if self._macros is None:
+            try:
+                found = json.loads((self.root / "macros.json").read_text())
+                self._macros = tuple(sorted(str(m) for m in found if isinstance(m, str)))
+            except (OSError, ValueError, TypeError):
+                self._macros = ()
+        return self._macros
 
     def _dir(self, kind: str, flags: CompileFlags) -> Path:
-        return self.root / f"{kind}-{flags.key()}"
+        return self.root / f"{kind}-{flags.key(self.sensitive_macros())}"
+
+    def _ready(self, d: Path) -> list[str] | None:
+        if (d / "musaenv_pch.h.gch").exists() and not (d / "failed.json").exists():
+            return ["-Winvalid-pch", "-include", str(d / "musaenv_pch.h")]
+        return None
 
     def include_flags(self, kind: str, flags: CompileFlags) -> list[str] | None:
-        """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``split``), building it first if needed.
+        """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``split``); never builds one.
+
+        A missing header is added to :attr:`wanted` (``None`` is returned: compile without it).
+        """
+        d = self._dir(kind, flags)
+        ready = self._ready(d)
+        if ready is None and not (d / "failed.json").exists() and not self._full(d, kind):
+            self.wanted.append(kind)
+        return ready
+
+    def build(self, kind: str, flags: CompileFlags) -> list[str] | None:
+        """Like :meth:`include_flags`, but a missing header is built first (under a lock; warm-up only).
 
         Returns ``None`` when no header can be had (failed before, too many flag sets, or the build failed).
         """
         d = self._dir(kind, flags)
-        header = d / "musaenv_pch.h"
-        if (d / "musaenv_pch.h.gch").exists():
-            return ["-Winvalid-pch", "-include", str(header)]
+        ready = self._ready(d)
+        if ready is not None:
+            return ready
         if (d / "failed.json").exists() or not self._has_budget():
             return None
         with file_lock(self.root / f".{d.name}.lock"):
-            if (d / "musaenv_pch.h.gch").exists():
-                return ["-Winvalid-pch", "-include", str(header)]
-            if (d / "failed.json").exists() or self._full(d):
+            ready = self._ready(d)
+            if ready is not None:
+                return ready
+            if (d / "failed.json").exists() or self._full(d, kind):
                 return None
-            return self._build(kind, flags, d, header)
+            return self._build(kind, flags, d, d / "musaenv_pch.h")
 
     def _has_budget(self) -> bool:
         return self.deadline is None or self.deadline - time.monotonic() >= PCH_MIN_BUDGET_S
 
-    def _full(self, d: Path) -> bool:
-        sets = {p.name.split("-", 1)[1] for p in self.root.glob("*-*") if (p / "musaenv_pch.h.gch").exists()}
-        return d.name.split("-", 1)[1] not in sets and len(sets) >= self.max_sets
+    def _full(self, d: Path, kind: str) -> bool:
+        sets = {p.name for p in self.root.glob(f"{kind}-*") if (p / "musaenv_pch.h.gch").exists()}
+        return d.name not in sets and len(sets) >= self.max_sets.get(kind, 0)
 
     def _build(self, kind: str, flags: CompileFlags, d: Path, header: Path) -> list[str] | None:
         d.mkdir(parents=True, exist_ok=True)
         header.write_text(f"#include <{HEADERS[kind]}>\n")
         tmp_out = d / f".musaenv_pch.h.gch.{unique_suffix()}"
         start = time.perf_counter()
-        cmd = [*flags.cxx, "-x", "c++-header", str(header), "-o", str(tmp_out), *flags.pch_flags()]
+        key_flags = flags.pch_flags(self.sensitive_macros())
+        cmd = [*flags.cxx, "-x", "c++-header", str(header), "-o", str(tmp_out), *key_flags]
         rc, out = run_tool(cmd, d)
         if rc != 0:
             tmp_out.unlink(missing_ok=True)
@@ -240,19 +311,40 @@ class PchStore:
                 (d / "failed.json").write_text(json.dumps({"cmd": cmd, "log": out[-4000:]}))
             log.warning("precompiled header %s failed (rc %d): %s", d.name, rc, out[-800:])
             return None
+        (d / "flags.json").write_text(json.dumps(cmd))  # what it was made with, for people reading the cache
         os.replace(tmp_out, d / "musaenv_pch.h.gch")
         log.info("built precompiled header %s in %.1f s", d.name, time.perf_counter() - start)
         return ["-Winvalid-pch", "-include", str(header)]
 
     def check_used(self, kind: str, flags: CompileFlags, compiler_output: str) -> None:
-        """Retire a header the compiler refused (``-Winvalid-pch``): later builds go without it, not slower."""
-        if "not used because" not in compiler_output:
+        """Act on a header the compiler refused (``-Winvalid-pch``); the compile itself went on without it.
+
+        Refused for a macro the candidate defines: that macro joins the header keys (the next build with it
+        gets a header of its own). Refused for anything else: the header is retired (later builds go without
+        it, not slower).
+        """
+        lines = refusal(compiler_output)
+        if not lines:
+            return
+        names = refused_macros(lines) & {macro_name(f) for f in flags.user}
+        if names:
+            self._add_sensitive({n for n in names if n})
+            log.info("precompiled header %s depends on macro(s) %s; they now key the headers", kind, sorted(names))
             return
         d = self._dir(kind, flags)
-        log.warning("precompiled header %s refused by the compiler, retiring it: %s", d.name, compiler_output[-400:])
+        log.warning("precompiled header %s refused by the compiler, retiring it: %s", d.name, lines[:3])
         with contextlib.suppress(OSError):
             (d / "failed.json").write_text(json.dumps({"log": compiler_output[-4000:]}))
             (d / "musaenv_pch.h.gch").unlink()
+
+    def _add_sensitive(self, names: set[str]) -> None:
+        with file_lock(self.root / ".macros.lock"):
+            self._macros = None
+            merged = sorted(set(self.sensitive_macros()) | names)
+            part = self.root / f".macros.{unique_suffix()}.json"
+            part.write_text(json.dumps(merged))
+            os.replace(part, self.root / "macros.json")
+            self._macros = tuple(merged)
 
     def sweep(self) -> None:
         """Remove half-written headers of builders that died (never a finished one).

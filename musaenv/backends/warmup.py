@@ -1,0 +1,185 @@
+"""Precompiled headers and binding objects built ahead of the builds that use them.
+
+Two ways in, both through the confined builder (:mod:`musaenv.backends.builder`, spec key ``warmup``), both
+compiling only our own sources (``#include <torch/types.h>`` and friends), never a candidate's:
+
+* ``musaenv warmup`` (:func:`warmup`): the flag sets real KernelBench generations use (:data:`COMMON_FLAG_SETS`),
+  once per installation, with a line per item saying what is built and why.
+* In the background at first use (:func:`start_background`): a build that found no header for its flags compiled
+  without one and names it; the parent then builds it at low priority, so the next build with those flags has it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from musaenv import _env
+
+__all__ = ["COMMON_FLAG_SETS", "run_items", "start_background", "wait_background", "warmup", "warmup_items"]
+
+log = logging.getLogger(__name__)
+
+# extra_cflags of real KernelBench generations, most common first ("-O3 --use_fast_math" is a g++ error).
+COMMON_FLAG_SETS: tuple[tuple[str, ...], ...] = (
+    ("-O3",),
+    (),
+    ("-O3", "-fopenmp"),
+    ("-O3", "-march=native"),
+    ("-O3", "-march=native", "-fopenmp"),
+)
+_WHY = {
+    "bind": "binding objects (pybind11 module and common function types), shared by all usual flags",
+    "split": "precompiled torch/types.h for the candidate's own code",
+    "full": "precompiled torch/extension.h for sources that use pybind11 or Python",
+}
+_BG_LOCK = threading.Lock()
+_BG_PROCS: list[subprocess.Popen[bytes]] = []
+_BG_SEEN: set[str] = set()
+
+
+def warmup_items(flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bool = True) -> list[dict[str, Any]]:
+    """What ``musaenv warmup`` builds, in order: binding objects per binding key, a types header per flag set,
+    extension headers for the first two sets (``-O3`` and none)."""
+    from musaenv.backends.flagkeys import bind_key_flags
+
+    items: list[dict[str, Any]] = []
+    keys: set[tuple[str, ...]] = set()
+    for flags in flag_sets:
+        if bind_key_flags(flags) not in keys:
+            keys.add(bind_key_flags(flags))
+            items.append({"kind": "bind", "extra_cflags": list(flags)})
+        items.append({"kind": "split", "extra_cflags": list(flags)})
+    if full:
+        items += [{"kind": "full", "extra_cflags": list(f)} for f in flag_sets[:2]]
+    return items
+
+
+def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[str], None] | None = None) -> list[dict]:
+    """Build ``items`` into the store at ``cache`` (inside the confined builder); returns one row per item."""
+    from musaenv.backends.bindobj import module_object
+    from musaenv.backends.pch import PchStore, torch_flags
+
+    store = PchStore(cache)
+    rows = []
+    for item in items:
+        t0 = time.perf_counter()
+        kind = str(item.get("kind"))
+        flags = torch_flags(cache, "musaenv_warmup", item.get("extra_cflags") or (), (),
+                            item.get("extra_include_paths") or ())  # fmt: skip
+        built = module_object(flags, cache, []) if kind == "bind" else store.build(kind, flags)
+        ok = built is not None
+        rows.append({"kind": kind, "extra_cflags": item.get("extra_cflags") or [], "ok": ok,
+                     "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
+        if report:
+            report(json.dumps(rows[-1]))
+    return rows
+
+
+def _spawn(items: Sequence[dict[str, Any]], timeout_s: float, background: bool) -> tuple[subprocess.Popen[bytes], Path]:
+    from musaenv.backends.loader import ext_cache_root, pch_cache_root
+
+    tmp = ext_cache_root() / "tmp" / f"warmup-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    job = {"warmup": list(items), "pch_cache": str(pch_cache_root()), "timeout_s": timeout_s,
+           "parent_pid": os.getpid(), "background": background}  # fmt: skip
+    (tmp / "spec.json").write_text(json.dumps(job))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "musaenv.backends.builder", str(tmp)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, cwd=str(tmp), env=_env.child_env(),
+    )  # fmt: skip
+    return proc, tmp
+
+
+def warmup(
+    flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bool = True, say: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """Build every item of :func:`warmup_items` (each in its own confined builder); ``say`` gets progress lines."""
+    import shutil
+
+    rows = []
+    items = warmup_items(flag_sets, full)
+    for i, item in enumerate(items, start=1):
+        flags = " ".join(item["extra_cflags"]) or "(no flags)"
+        say(f"[{i}/{len(items)}] {item['kind']:<5} {flags}: {_WHY[item['kind']]}")
+        proc, tmp = _spawn([item], 1800.0, background=False)
+        proc.wait()
+        try:
+            row = json.loads((tmp / "result.json").read_text()).get("rows", [{}])[0]
+        except (OSError, ValueError, IndexError):
+            row = {"kind": item["kind"], "ok": False}
+        shutil.rmtree(tmp, ignore_errors=True)
+        say(f"        {'done' if row.get('ok') else 'FAILED'} in {row.get('seconds', 0):.1f} s")
+        rows.append(row)
+    return rows
+
+
+def start_background(wanted: Sequence[str], spec: dict[str, Any]) -> None:
+    """Build the headers a build went without (``wanted``: ``split``/``full``) in a low-priority builder."""
+    items = [{"kind": k, "extra_cflags": list(spec.get("extra_cflags") or ()),
+              "extra_include_paths": list(spec.get("extra_include_paths") or ())} for k in wanted]  # fmt: skip
+    if not items or os.environ.get("MUSAENV_BACKGROUND_WARMUP", "1") == "0":
+        return
+    with _BG_LOCK:
+        _BG_PROCS[:] = [p for p in _BG_PROCS if p.poll() is None]  # reap the finished ones
+        if _BG_PROCS:
+            return  # one at a time: the next build that misses a header asks again
+        key = json.dumps(items, sort_keys=True)
+        if key in _BG_SEEN:
+            return
+        _BG_SEEN.add(key)
+        log.info("building precompiled headers %s for %s in the background", wanted, items[0]["extra_cflags"])
+        _BG_PROCS.append(_spawn(items, 1800.0, background=True)[0])
+
+
+def _cmd_warmup(args: Any) -> int:
+    sets = [tuple(s.split()) for s in args.flags] if args.flags else COMMON_FLAG_SETS
+    print(f"musaenv warmup: building once, for every later C++ build ({len(sets)} flag sets); this takes a few minutes")
+    t0 = time.perf_counter()
+    rows = warmup(sets, full=not args.no_full)
+    print(f"warmup done in {time.perf_counter() - t0:.0f} s: {sum(r.get('ok', False) for r in rows)}/{len(rows)} built")
+    return 0 if all(r.get("ok") for r in rows) else 1
+
+
+def add_warmup_subparser(sub: Any) -> None:
+    """Register ``musaenv warmup`` on the CLI's subparsers."""
+    w = sub.add_parser("warmup", help="precompile the headers and binding objects of the common C++ flag sets")
+    w.add_argument(
+        "--flags",
+        action="append",
+        default=None,
+        help='a flag set to prepare, e.g. --flags="-O3 -fopenmp" (repeatable; default: the common sets)',
+    )
+    w.add_argument("--no-full", action="store_true", help="skip torch/extension.h headers (pybind11 sources only)")
+    w.set_defaults(func=_cmd_warmup)
+
+
+def wait_background(timeout_s: float = 1800.0) -> None:
+    """Wait for this process's background header builds to end (tests that check no process outlived them)."""
+    with _BG_LOCK:
+        procs = list(_BG_PROCS)
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=timeout_s)
+
+
+def first_use_note() -> str | None:
+    """A line for the CLI when this cache has built no C++ yet (what the first build does once, and why)."""
+    from musaenv.backends.loader import pch_cache_root
+
+    if any((pch_cache_root() / "bind").glob("*/module.o")):
+        return None
+    return ("first C++ build in this cache: the pybind11 binding objects are compiled once (~15 s of CPU) beside "
+            "the candidate; precompiled headers for its flags follow in the background (`musaenv warmup` "
+            "prepares the common flag sets ahead)")  # fmt: skip
