@@ -12,12 +12,15 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 * **Installed and vouched for by the parent.** The confined builder writes only its private directory; this
   process copies the module into the cache and seals its sha256 in ``manifest.json``
   (:mod:`musaenv.evaluator.integrity`), checked before every hit. A module that does not match is rebuilt.
-* **Hard timeout.** The build runs in its own process session and the whole tree is killed at the limit.
+* **CPU-second limit, wall-clock backstop.** The build runs in its own process session; the whole tree is killed
+  when it used more than ``timeout_s`` CPU seconds (the candidate's ``compile_error``) or, failing that, at the
+  wall-clock backstop of :func:`musaenv.evaluator.limits.backstop_s` (a host too slow: ``infra_error``, retried).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -28,6 +31,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ from typing import Any
 from musaenv import _env
 from musaenv.backends.buildspec import BuildSpec, toolchain_fingerprint
 from musaenv.evaluator.integrity import file_sha256, read_sealed, write_sealed
+from musaenv.evaluator.limits import backstop_s, watch_process
 
 __all__ = [
     "BUILD_MODES",
@@ -182,7 +187,8 @@ def build_extension(
 
     Args:
         spec: What to build.
-        timeout_s: Hard limit on the build (the builder's whole process tree is killed at it).
+        timeout_s: CPU seconds the build's whole process tree may use (a compile error past it); a wall-clock
+            backstop of ``3 * timeout_s + 30`` s ends a build the host stalled (``infra_error``, not cached).
         root: Extension cache directory (default :func:`ext_cache_root`).
         mode: Build mode (see :func:`configure_builds`); ``None`` uses the process default.
     """
@@ -206,17 +212,30 @@ def _verified_artifact(root: Path, name: str) -> Path | None:
     so_path = root / name / f"{name}.so"
     if not so_path.exists():
         return None
-    manifest = read_sealed(root / name / "manifest.json", "ext")
+    with _entry_lock(root / name, fcntl.LOCK_SH):  # not half-way through another process's install (_install)
+        manifest = read_sealed(root / name / "manifest.json", "ext")
+        try:
+            ok = manifest is not None and manifest.get("name") == name and manifest["sha256"] == file_sha256(so_path)
+        except (OSError, KeyError):  # unreadable, or a record of an older release
+            ok = False
+        if not ok:
+            log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
+            with contextlib.suppress(OSError):
+                so_path.unlink()
+    return so_path if ok else None
+
+
+@contextlib.contextmanager
+def _entry_lock(entry: Path, how: int) -> Iterator[None]:
+    """Hold ``flock(how)`` on a cache entry's lock file; without one (a read-only cache) no lock is held."""
     try:
-        ok = manifest is not None and manifest.get("name") == name and manifest.get("sha256") == file_sha256(so_path)
+        lock = open(entry / ".install.lock", "a")  # noqa: SIM115 - closed below
     except OSError:
-        ok = False
-    if ok:
-        return so_path
-    log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
-    with contextlib.suppress(OSError):
-        so_path.unlink()
-    return None
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, how)
+        yield
 
 
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
@@ -271,8 +290,11 @@ def _install(tmp: Path, name: str, final_dir: Path) -> Path:
     final_dir.mkdir(parents=True, exist_ok=True)
     staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
     shutil.copy2(tmp / f"{name}.so", staged)
-    write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
-    os.replace(staged, final_dir / f"{name}.so")
+    # Another process may install the same name at the same moment (one cache dir, two evaluators): the manifest
+    # and the module it vouches for are replaced together under a lock, so they never come from different builds.
+    with _entry_lock(final_dir, fcntl.LOCK_EX):
+        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+        os.replace(staged, final_dir / f"{name}.so")
     return final_dir / f"{name}.so"
 
 
@@ -284,13 +306,17 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         job = {**spec.to_dict(), "name": name, "build_mode": mode, "pch_cache": str(pch_cache_root()),
                "timeout_s": timeout_s, "parent_pid": os.getpid(), "confine": _SETTINGS.confine}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(job))
-        rc, timed_out = _run_builder(tmp, timeout_s)
+        rc, over = _run_builder(tmp, timeout_s)
         seconds = time.perf_counter() - start
         result = _read_json(tmp / "result.json")
         build_log = str(result.get("log", "")) or _tail(tmp / "builder.log")
         extra = {"tier": result.get("tier"), "steps": result.get("steps", [])} if result else {}
-        if timed_out:
-            msg = f"compilation exceeded the {timeout_s:.0f} s limit and was killed"
+        if over == "backstop":  # the host stalled the build: retried, never the candidate's verdict or cached
+            msg = f"the build ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than its "
+            msg += f"{timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True, infra_error=True)
+        if over == "cpu":
+            msg = f"compilation used more than its {timeout_s:.0f} s CPU limit and was killed"
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
         if result.get("infra"):  # the toolchain is missing here: not the candidate's fault, never cached
             return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
@@ -311,7 +337,8 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
+def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
+    """Run the builder on ``tmp``; returns its exit code and which limit ended it (``cpu``, ``backstop``, None)."""
     from musaenv.evaluator.proctree import kill_tree
 
     with open(tmp / "builder.log", "wb") as out:
@@ -325,11 +352,12 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
             env=_env.child_env(),
         )
         try:
-            return proc.wait(timeout=timeout_s), False
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            proc.wait()
-            return proc.returncode, True
+            over = watch_process(proc, timeout_s)
+        finally:  # also on KeyboardInterrupt: no build outlives its request
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait()
+        return proc.returncode, over
 
 
 def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float) -> BuildOutcome:
@@ -352,7 +380,8 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
         job = {**spec.to_dict(), "name": name, "timeout_s": timeout_s, "parent_pid": os.getpid(),
                "confine": _SETTINGS.confine}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(job))
-        rc, killed = _run_builder(tmp, timeout_s + 60)  # the check bounds each step itself; this is a backstop
+        rc, over = _run_builder(tmp, timeout_s + 60)  # the check bounds each step itself; this is a backstop
+        killed = over is not None
         result = _read_json(tmp / "result.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

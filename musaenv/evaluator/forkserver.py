@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ForkServer", "ForkServerError", "acquire", "release"]
+__all__ = ["ForkServer", "ForkServerError", "acquire", "release", "tie_to_parent"]
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +49,24 @@ class ForkServerError(Exception):
 # --------------------------------------------------------------------------------------------- server side
 
 
-def _child(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> int:
+def tie_to_parent(parent_pid: int) -> None:
+    """Be killed (SIGKILL) when the parent dies: ``PR_SET_PDEATHSIG``, then the check the man page asks for (the
+    parent may have died before the flag was set). Only for children of a single-threaded parent or of the thread
+    that outlives them: the kernel sends the signal when the forking *thread* exits."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(70)
+
+
+def _child(sock: socket.socket, req: dict[str, Any], fds: list[int], server_pid: int) -> int:
     """In the forked child: become a worker on the received descriptors. Returns the exit code."""
     rfd, wfd, logfd = fds
     sock.close()
     os.setsid()
+    tie_to_parent(server_pid)  # the server exits when its client does: its workers go with it
     os.dup2(logfd, 1)
     os.dup2(logfd, 2)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -81,11 +95,12 @@ def _spawn(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str
         return {"error": f"spawn needs 3 descriptors and a role, got {len(fds)} and {req.get('role')!r}"}
     sys.stdout.flush()
     sys.stderr.flush()
+    server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            code = _child(sock, req, fds)
+            code = _child(sock, req, fds, server_pid)
         except BaseException:  # report in the worker's log; the parent sees the exit code
             import traceback
 
