@@ -20,6 +20,7 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -59,6 +60,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STALE_BUILD_AGE_S = 6 * 3600
+_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device", as compilers and the linker print it
 BUILD_MODES = ("fast", "pch", "torch")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
@@ -204,7 +206,12 @@ def build_extension(
         hit = _cache_lookup(root, name, start)
         if hit is not None:
             return hit
-        return _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start)
+        try:
+            return _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start)
+        except OSError as e:  # an unwritable or full cache: the machine's problem, said plainly, never a verdict
+            msg = f"the build cache {root} cannot be written ({e}); set MUSAENV_CACHE_DIR to a writable directory"
+            log.error("%s", msg)
+            return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
 
 
 def _verified_artifact(root: Path, name: str) -> Path | None:
@@ -320,10 +327,12 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
         if result.get("infra"):  # the toolchain is missing here: not the candidate's fault, never cached
             return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
-        if rc > 0 and not result:
-            return BuildOutcome(
-                False, name, log=f"the builder failed before building:\n{build_log}", seconds=seconds, infra_error=True
-            )
+        if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
+            why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
+            return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
+        if _DISK_FULL in build_log:  # the host's disk, not the candidate's sources (an RLIMIT_FSIZE kill is theirs)
+            msg = f"the disk filled during the build (not the candidate):\n{build_log}"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
         if rc != 0 or not result.get("ok") or not (tmp / f"{name}.so").exists():
             if rc < 0:
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"

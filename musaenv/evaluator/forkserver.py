@@ -61,12 +61,11 @@ def tie_to_parent(parent_pid: int) -> None:
         os._exit(70)
 
 
-def _child(sock: socket.socket, req: dict[str, Any], fds: list[int], server_pid: int) -> int:
+def _child(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> int:
     """In the forked child: become a worker on the received descriptors. Returns the exit code."""
     rfd, wfd, logfd = fds
     sock.close()
     os.setsid()
-    tie_to_parent(server_pid)  # the server exits when its client does: its workers go with it
     os.dup2(logfd, 1)
     os.dup2(logfd, 2)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -95,12 +94,11 @@ def _spawn(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str
         return {"error": f"spawn needs 3 descriptors and a role, got {len(fds)} and {req.get('role')!r}"}
     sys.stdout.flush()
     sys.stderr.flush()
-    server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            code = _child(sock, req, fds, server_pid)
+            code = _child(sock, req, fds)
         except BaseException:  # report in the worker's log; the parent sees the exit code
             import traceback
 
@@ -134,9 +132,29 @@ def _reap(pids: set[int]) -> None:
             pids.discard(pid)
 
 
+def _kill_children(pids: set[int]) -> None:
+    """The client is gone (closed, or killed): so are its workers. Each is the leader of its own session and process
+    group, and none is reaped yet (a zombie keeps its pid), so these pids are still ours to signal."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def serve_requests(sock: socket.socket) -> None:
-    """Answer spawn / returncode / release requests until the client closes the socket."""
+    """Answer spawn / returncode / release requests until the client closes the socket; then kill every worker
+    not yet released (a killed evaluator takes its workers along, while a killed server leaves them running)."""
     released: set[int] = set()
+    spawned: set[int] = set()
+    try:
+        _serve(sock, released, spawned)
+    finally:
+        _reap(released)
+        _kill_children(spawned - released)
+
+
+def _serve(sock: socket.socket, released: set[int], spawned: set[int]) -> None:
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, _MAX_MSG, 3)
@@ -149,10 +167,13 @@ def serve_requests(sock: socket.socket) -> None:
             op = req.get("op")
             if op == "spawn":
                 reply = _spawn(sock, req, fds)
+                if "pid" in reply:
+                    spawned.add(int(reply["pid"]))
             elif op == "returncode":
                 reply = _returncode(int(req["pid"]))
             elif op == "release":
                 released.add(int(req["pid"]))
+                spawned.discard(int(req["pid"]))
                 reply = {}
             else:
                 reply = {"error": f"unknown op {op!r}"}

@@ -90,9 +90,7 @@ def test_sleeping_worker_is_charged() -> None:
         proc.wait()
 
 
-def test_build_past_the_backstop_is_infra_error_and_not_cached(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_build_past_the_backstop_is_infra_error_and_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build the host stalls (here: a backstop shorter than the builder's start) is the harness's failure."""
     monkeypatch.setattr(limits, "BACKSTOP_FACTOR", 0.0)
     monkeypatch.setattr(limits, "BACKSTOP_EXTRA_S", 0.2)
