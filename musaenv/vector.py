@@ -130,10 +130,14 @@ class KernelGenVectorEnv(SyncVectorEnv):
         ev = env_info.get("eval")
         if isinstance(ev, dict) and any(ev.get(k, 0) is None for k in _DICT_OR_NONE):
             env_info = {**env_info, "eval": {**ev, **{k: {} for k in _DICT_OR_NONE if k in ev and ev[k] is None}}}
-        return super()._add_info(vector_infos, env_info, env_num)  # type: ignore[no-any-return]
+        return super()._add_info(vector_infos, env_info, env_num)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the envs, the stepping threads and (when created here) the shared pool."""
+        from musaenv.evaluator.interrupt import interrupted
+
+        if interrupted() and hasattr(self._shared, "abort"):  # Ctrl-C: stop the running evaluations, not wait
+            self._shared.abort()
         super().close_extras(**kwargs)
         self._threads.shutdown(wait=True)
         if self._owns and self._shared is not None:

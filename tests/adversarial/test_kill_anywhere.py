@@ -232,3 +232,53 @@ def _is_fork(pid: int) -> bool:
     except (OSError, IndexError, ValueError):
         return False
     return "forkserver" in _cmdline(ppid)
+
+
+_BATCH = """
+import sys
+from musaenv.config import EvalConfig
+from musaenv.evaluator.pool import EvaluatorPool
+from musaenv.tasks.builtin import get_task
+code = open(sys.argv[1]).read()
+cfg = EvalConfig(static_policy="off", run_timeout_s=600.0)
+with EvaluatorPool("cpu", cfg, compile_workers=1, max_in_flight=2) as pool:
+    pool.evaluate_many([(get_task("l1_relu"), code, s) for s in range(4)])
+"""
+
+
+@pytest.mark.parametrize(("how", "sig", "rc"), [("batch", signal.SIGINT, 1), ("cli", signal.SIGTERM, 143)])
+def test_interrupt_stops_within_seconds(tmp_path: Path, how: str, sig: int, rc: int) -> None:
+    """Ctrl-C stops a pool's batch and SIGTERM the CLI while their candidates spin: both exit within seconds and
+    leave nothing running (without the fix the batch waited for 600 s run limits)."""
+    tag = uuid.uuid4().hex
+    (tmp_path / "cand.py").write_text(_BUSY)
+    if how == "batch":
+        (tmp_path / "batch.py").write_text(_BATCH)
+        cmd = [sys.executable, str(tmp_path / "batch.py"), str(tmp_path / "cand.py")]
+    else:
+        cmd = [sys.executable, "-m", "musaenv.cli", "eval", "--task", TASK, "--candidate", str(tmp_path / "cand.py"),
+               "--policy", "off"]  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "MUSAENV_KILL_TEST": tag, "PYTHONPATH": str(root)}
+    # a job started in the background by a non-interactive shell inherits SIGINT ignored: give the default back
+    proc = subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not any(_busy_worker(p) for p in _tagged(tag)) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    proc.send_signal(sig)
+    t0 = time.monotonic()
+    try:
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stopped_s = time.monotonic() - t0
+    left = _settles(lambda: _tagged(tag))
+    described = [(p, _cmdline(p)) for p in left]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left, described
+    assert proc.returncode == rc if how == "cli" else proc.returncode != 0, (proc.returncode, err[-2000:])
+    assert stopped_s < 15, stopped_s
