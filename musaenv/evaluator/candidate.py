@@ -178,7 +178,14 @@ def _drive(
     held = False
     phase = "start"
     clock = StageClock(worker.pid, timeouts[phase])
-    worker.chan.send(request)
+    try:
+        worker.chan.send(request)
+    except OSError as e:  # the worker died before its request (killed, or its spare's server was): not the candidate
+        run.failure = (
+            "infra_error",
+            f"the worker was gone before its request was sent ({e}); {worker.exit_description()}",
+        )
+        return run
     while True:
         try:
             got = _recv_within(worker, clock)
@@ -215,7 +222,7 @@ def _drive(
                     watch.stop()  # the phase's data is here: what follows is the harness's, not the phase's
                 if _handle(msg, arrays, run):
                     return run
-        except EOFError:
+        except (EOFError, BrokenPipeError, ConnectionResetError):  # the worker is gone (a send can find out first)
             desc = worker.exit_description()
             tail = worker.log_tail()
             stage = "infra_error" if phase == "start" else "runtime_error"  # "start": before the candidate's code
