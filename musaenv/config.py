@@ -172,10 +172,12 @@ class EvalConfig(_Config):
         tier: Size tier of built-in tasks: ``cpu`` (small), ``gpu`` (KernelBench-like) or ``auto`` (by backend).
         atol: Absolute tolerance override; ``None`` uses the task's per-dtype default.
         rtol: Relative tolerance override; ``None`` uses the task's per-dtype default.
-        compile_timeout_s: Hard limit on building one extension.
+        compile_timeout_s: CPU seconds one extension's build may use (its whole process tree).
         load_timeout_s: Limit on importing the candidate module beyond compile time.
         run_timeout_s: Limit on all correctness trials together.
-        timing_timeout_s: Limit on timing.
+        timing_timeout_s: Limit on timing. These four count the candidate's CPU seconds and its own time (wall
+            minus run-queue waits), not a busy host's delays; a wall-clock backstop of ``3 x limit + 30 s`` that
+            alone runs out is an ``infra_error`` (:mod:`musaenv.evaluator.limits`, docs/sandbox.md).
         static_policy: ``strict`` (only tensor plumbing in forward), ``kernelbench`` (KernelBench's rules: some
             operators may stay in PyTorch), ``permissive`` (glue allowed) or ``off`` (see :data:`POLICIES`).
         runtime_policy: What the profiler check of one forward does with aten compute outside the allowlist:
