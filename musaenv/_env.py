@@ -14,7 +14,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cache_dir", "cuda_home", "key_dir", "musa_home", "sandbox_implementation"]
+__all__ = [
+    "cache_dir",
+    "cuda_home",
+    "ext_cache_root",
+    "key_dir",
+    "musa_home",
+    "pch_cache_root",
+    "sandbox_implementation",
+]
 
 
 def cache_dir() -> Path:
@@ -25,6 +33,16 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "musaenv"
+
+
+def ext_cache_root() -> Path:
+    """Directory of built extensions (``<MUSAENV_CACHE_DIR>/ext``)."""
+    return cache_dir() / "ext"
+
+
+def pch_cache_root() -> Path:
+    """Directory of precompiled headers, torch's flag template and cached binding objects."""
+    return cache_dir() / "pch"
 
 
 def key_dir() -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -260,11 +261,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (non-zero only for usage or harness errors)."""
     parser = _build_parser()
     args = parser.parse_args(argv)
+    if threading.current_thread() is threading.main_thread():  # SIGTERM stops like Ctrl-C: workers and builds too
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(args.func(args))
     except MusaEnvError as e:
         print(f"musaenv: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("musaenv: interrupted", file=sys.stderr)
+        return 130
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":

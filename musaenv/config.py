@@ -131,7 +131,12 @@ class SandboxConfig(_Config):
     """Resource limits and isolation of the worker that runs candidate code.
 
     Attributes:
-        address_space_mb: RLIMIT_AS of the worker (0 = unlimited).
+        address_space_mb: Upper bound of the worker's RLIMIT_AS (0 = unlimited). On the CPU the limit itself is
+            derived from the task (:mod:`musaenv.evaluator.memory`): the worker's size when ready, plus
+            ``memory_factor`` times the reference's measured peak, plus ``memory_headroom_mb``, and at most this
+            and the host's memory over two workers per core.
+        memory_factor: How many times the reference's peak memory a candidate may use.
+        memory_headroom_mb: Added to the derived limit (the harness's own first-run mappings: ~0.3 GB here).
         cpu_time_s: RLIMIT_CPU of the worker (0 = unlimited).
         max_open_files: RLIMIT_NOFILE.
         max_processes: Extra processes the candidate may start (RLIMIT_NPROC headroom; 0 = no limit set).
@@ -140,6 +145,8 @@ class SandboxConfig(_Config):
     """
 
     address_space_mb: int = 16384
+    memory_factor: float = 4.0
+    memory_headroom_mb: int = 2048
     cpu_time_s: int = 600
     max_open_files: int = 256
     max_processes: int = 0
@@ -149,6 +156,8 @@ class SandboxConfig(_Config):
     def __post_init__(self) -> None:
         n = type(self).__name__
         _require(self.address_space_mb >= 0, n, "address_space_mb >= 0", self.address_space_mb, "0 = unlimited.")
+        _require(self.memory_factor >= 1, n, "memory_factor >= 1", self.memory_factor, "e.g. 4.")
+        _require(self.memory_headroom_mb >= 0, n, "memory_headroom_mb >= 0", self.memory_headroom_mb, "e.g. 2048.")
         _require(self.cpu_time_s >= 0, n, "cpu_time_s >= 0", self.cpu_time_s, "0 = unlimited.")
         _require(self.max_open_files >= 16, n, "max_open_files >= 16", self.max_open_files, "Python needs some.")
         _require(self.max_processes >= 0, n, "max_processes >= 0", self.max_processes, "0 = no limit.")
@@ -163,10 +172,12 @@ class EvalConfig(_Config):
         tier: Size tier of built-in tasks: ``cpu`` (small), ``gpu`` (KernelBench-like) or ``auto`` (by backend).
         atol: Absolute tolerance override; ``None`` uses the task's per-dtype default.
         rtol: Relative tolerance override; ``None`` uses the task's per-dtype default.
-        compile_timeout_s: Hard limit on building one extension.
+        compile_timeout_s: CPU seconds one extension's build may use (its whole process tree).
         load_timeout_s: Limit on importing the candidate module beyond compile time.
         run_timeout_s: Limit on all correctness trials together.
-        timing_timeout_s: Limit on timing.
+        timing_timeout_s: Limit on timing. These four count the candidate's CPU seconds and its own time (wall
+            minus run-queue waits), not a busy host's delays; a wall-clock backstop of ``3 x limit + 30 s`` that
+            alone runs out is an ``infra_error`` (:mod:`musaenv.evaluator.limits`, docs/sandbox.md).
         static_policy: ``strict`` (only tensor plumbing in forward), ``kernelbench`` (KernelBench's rules: some
             operators may stay in PyTorch), ``permissive`` (glue allowed) or ``off`` (see :data:`POLICIES`).
         runtime_policy: What the profiler check of one forward does with aten compute outside the allowlist:

@@ -97,6 +97,9 @@ def make_env(**kwargs: Any) -> gym.Env[str, str]:
     return env
 
 
+_DICT_OR_NONE = ("timing", "ref_timing")  # EvalResult fields that are a dict or None
+
+
 class KernelGenVectorEnv(SyncVectorEnv):
     """N ``KernelGenEnv`` in this process sharing one evaluator; ``step`` evaluates the N responses concurrently.
 
@@ -121,8 +124,20 @@ class KernelGenVectorEnv(SyncVectorEnv):
             envs[i].pending = outcome
         return super().step(actions)
 
+    def _add_info(self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int) -> dict[str, Any]:
+        # Gymnasium merges nested dicts key by key and fails when one env's value is a dict and an earlier env's is
+        # None (an EvalResult's ``timing`` of a correct candidate beside a failed one's): batch those as empty dicts.
+        ev = env_info.get("eval")
+        if isinstance(ev, dict) and any(ev.get(k, 0) is None for k in _DICT_OR_NONE):
+            env_info = {**env_info, "eval": {**ev, **{k: {} for k in _DICT_OR_NONE if k in ev and ev[k] is None}}}
+        return super()._add_info(vector_infos, env_info, env_num)
+
     def close_extras(self, **kwargs: Any) -> None:
         """Close the envs, the stepping threads and (when created here) the shared pool."""
+        from musaenv.evaluator.interrupt import interrupted
+
+        if interrupted() and hasattr(self._shared, "abort"):  # Ctrl-C: stop the running evaluations, not wait
+            self._shared.abort()
         super().close_extras(**kwargs)
         self._threads.shutdown(wait=True)
         if self._owns and self._shared is not None:

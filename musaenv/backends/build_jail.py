@@ -4,8 +4,9 @@ A candidate chooses the sources and flags of its build, so the build runs with t
 (docs/sandbox.md, "The build sandbox"). :func:`run_confined` is called by the builder process
 (``python -m musaenv.backends.builder``) before it reads anything of the candidate:
 
-1. **Tied to its parent.** ``PR_SET_PDEATHSIG(SIGKILL)`` on the builder, then a check that the parent is still the
-   one that started it (the race the man page warns about): a killed evaluator takes its builds along.
+1. **Tied to its parent.** ``PR_SET_PDEATHSIG`` on the builder, then a check that the parent is still the one that
+   started it (the race the man page warns about): a killed evaluator takes its builds along (SIGKILL with a pid
+   namespace; without one SIGTERM, on which the subreaper kills every descendant, compilers included, first).
 2. **A process namespace of its own** (``unshare(CLONE_NEWPID)``, needs CAP_SYS_ADMIN, as in a root container): the
    build runs as pid 1 of a new namespace, and when it ends, succeeded or not, the kernel kills every process left
    in it, daemons that double-forked and called ``setsid`` included. Without the privilege the builder becomes a
@@ -53,8 +54,8 @@ def _prctl(option: int, arg: int) -> int:
     return int(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0))
 
 
-def _tie_to_parent(parent_pid: int) -> None:
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _tie_to_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    _prctl(_PR_SET_PDEATHSIG, sig)
     if parent_pid and os.getppid() != parent_pid:  # the parent died before the flag was set
         os._exit(70)
 
@@ -75,6 +76,13 @@ def _kill_descendants() -> int:
         with contextlib.suppress(OSError):
             kill_tree(pid, timeout_s=1.0)
     return len(left)
+
+
+def _die_with_tree(signum: int, frame: object) -> None:
+    """The evaluator died (or asked us to stop): no compiler outlives the build (without a pid namespace, PDEATHSIG
+    of the build's grandchildren is not set, so they would be re-parented to init and compile on)."""
+    _kill_descendants()
+    os._exit(128 + signum)
 
 
 def _confine_child(tmp: Path, writable: Sequence[Path], cpu_s: int) -> dict[str, Any]:
@@ -106,10 +114,13 @@ def run_confined(
         writable: Further directories the build may write (the precompiled-header store).
         cpu_s: CPU seconds each build process may use (``RLIMIT_CPU``).
     """
-    _tie_to_parent(parent_pid)
     why_not = _new_pid_namespace()
-    if why_not is not None:
+    if why_not is None:  # SIGKILL: the namespace's pid 1 dies with us (its own PDEATHSIG), the kernel kills the rest
+        _tie_to_parent(parent_pid)
+    else:  # a subreaper must outlive its tree: SIGTERM, on which it kills every descendant before it exits
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGTERM, _die_with_tree)
+        _tie_to_parent(parent_pid, signal.SIGTERM)
     report: dict[str, Any] = {"pid_namespace": why_not is None, "pid_namespace_reason": why_not or ""}
     pid = os.fork()
     if pid == 0:  # the build: pid 1 of the new namespace, or a plain child under a subreaper

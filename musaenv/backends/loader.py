@@ -12,12 +12,16 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 * **Installed and vouched for by the parent.** The confined builder writes only its private directory; this
   process copies the module into the cache and seals its sha256 in ``manifest.json``
   (:mod:`musaenv.evaluator.integrity`), checked before every hit. A module that does not match is rebuilt.
-* **Hard timeout.** The build runs in its own process session and the whole tree is killed at the limit.
+* **CPU-second limit, wall-clock backstop.** The build runs in its own process session; the whole tree is killed
+  when it used more than ``timeout_s`` CPU seconds (the candidate's ``compile_error``) or, failing that, at the
+  wall-clock backstop of :func:`musaenv.evaluator.limits.backstop_s` (a host too slow: ``infra_error``, retried).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import json
 import logging
 import os
@@ -28,13 +32,17 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from musaenv import _env
+from musaenv._env import ext_cache_root, pch_cache_root
 from musaenv.backends.buildspec import BuildSpec, toolchain_fingerprint
+from musaenv.backends.warmup import start_background
 from musaenv.evaluator.integrity import file_sha256, read_sealed, write_sealed
+from musaenv.evaluator.limits import backstop_s, watch_process
 
 __all__ = [
     "BUILD_MODES",
@@ -54,6 +62,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STALE_BUILD_AGE_S = 6 * 3600
+_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device", as compilers and the linker print it
 BUILD_MODES = ("fast", "pch", "torch")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
@@ -148,16 +157,6 @@ def configure_builds(
     return _SETTINGS.mode, _SETTINGS.max_parallel
 
 
-def ext_cache_root() -> Path:
-    """Directory of built extensions (``<MUSAENV_CACHE_DIR>/ext``)."""
-    return _env.cache_dir() / "ext"
-
-
-def pch_cache_root() -> Path:
-    """Directory of precompiled headers, torch's flag template and cached binding objects."""
-    return _env.cache_dir() / "pch"
-
-
 def sweep_stale_builds(root: Path | None = None, max_age_s: float = _STALE_BUILD_AGE_S) -> int:
     """Remove temporary build dirs left by builds that were killed; returns how many were removed."""
     tmp = (root or ext_cache_root()) / "tmp"
@@ -182,7 +181,8 @@ def build_extension(
 
     Args:
         spec: What to build.
-        timeout_s: Hard limit on the build (the builder's whole process tree is killed at it).
+        timeout_s: CPU seconds the build's whole process tree may use (a compile error past it); a wall-clock
+            backstop of ``3 * timeout_s + 30`` s ends a build the host stalled (``infra_error``, not cached).
         root: Extension cache directory (default :func:`ext_cache_root`).
         mode: Build mode (see :func:`configure_builds`); ``None`` uses the process default.
     """
@@ -198,7 +198,12 @@ def build_extension(
         hit = _cache_lookup(root, name, start)
         if hit is not None:
             return hit
-        return _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start)
+        try:
+            return _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start)
+        except OSError as e:  # an unwritable or full cache: the machine's problem, said plainly, never a verdict
+            msg = f"the build cache {root} cannot be written ({e}); set MUSAENV_CACHE_DIR to a writable directory"
+            log.error("%s", msg)
+            return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
 
 
 def _verified_artifact(root: Path, name: str) -> Path | None:
@@ -206,17 +211,30 @@ def _verified_artifact(root: Path, name: str) -> Path | None:
     so_path = root / name / f"{name}.so"
     if not so_path.exists():
         return None
-    manifest = read_sealed(root / name / "manifest.json", "ext")
+    with _entry_lock(root / name, fcntl.LOCK_SH):  # not half-way through another process's install (_install)
+        manifest = read_sealed(root / name / "manifest.json", "ext")
+        try:
+            ok = manifest is not None and manifest.get("name") == name and manifest["sha256"] == file_sha256(so_path)
+        except (OSError, KeyError):  # unreadable, or a record of an older release
+            ok = False
+        if not ok:
+            log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
+            with contextlib.suppress(OSError):
+                so_path.unlink()
+    return so_path if ok else None
+
+
+@contextlib.contextmanager
+def _entry_lock(entry: Path, how: int) -> Iterator[None]:
+    """Hold ``flock(how)`` on a cache entry's lock file; without one (a read-only cache) no lock is held."""
     try:
-        ok = manifest is not None and manifest.get("name") == name and manifest.get("sha256") == file_sha256(so_path)
+        lock = open(entry / ".install.lock", "a")  # noqa: SIM115 - closed below
     except OSError:
-        ok = False
-    if ok:
-        return so_path
-    log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
-    with contextlib.suppress(OSError):
-        so_path.unlink()
-    return None
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, how)
+        yield
 
 
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
@@ -271,8 +289,11 @@ def _install(tmp: Path, name: str, final_dir: Path) -> Path:
     final_dir.mkdir(parents=True, exist_ok=True)
     staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
     shutil.copy2(tmp / f"{name}.so", staged)
-    write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
-    os.replace(staged, final_dir / f"{name}.so")
+    # Another process may install the same name at the same moment (one cache dir, two evaluators): the manifest
+    # and the module it vouches for are replaced together under a lock, so they never come from different builds.
+    with _entry_lock(final_dir, fcntl.LOCK_EX):
+        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+        os.replace(staged, final_dir / f"{name}.so")
     return final_dir / f"{name}.so"
 
 
@@ -284,24 +305,28 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         job = {**spec.to_dict(), "name": name, "build_mode": mode, "pch_cache": str(pch_cache_root()),
                "timeout_s": timeout_s, "parent_pid": os.getpid(), "confine": _SETTINGS.confine}  # fmt: skip
         (tmp / "spec.json").write_text(json.dumps(job))
-        rc, timed_out = _run_builder(tmp, timeout_s)
+        rc, over = _run_builder(tmp, timeout_s)
         seconds = time.perf_counter() - start
         result = _read_json(tmp / "result.json")
         build_log = str(result.get("log", "")) or _tail(tmp / "builder.log")
         extra = {"tier": result.get("tier"), "steps": result.get("steps", [])} if result else {}
-        if result.get("wanted") and not timed_out:  # headers this build went without: built for the next one
-            from musaenv.backends.warmup import start_background
-
+        if result.get("wanted") and over is None:  # headers this build went without: built for the next one
             start_background([str(k) for k in result["wanted"]], spec.to_dict())
-        if timed_out:
-            msg = f"compilation exceeded the {timeout_s:.0f} s limit and was killed"
+        if over == "backstop":  # the host stalled the build: retried, never the candidate's verdict or cached
+            msg = f"the build ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than its "
+            msg += f"{timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True, infra_error=True)
+        if over == "cpu":
+            msg = f"compilation used more than its {timeout_s:.0f} s CPU limit and was killed"
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
         if result.get("infra"):  # the toolchain is missing here: not the candidate's fault, never cached
             return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
-        if rc > 0 and not result:
-            return BuildOutcome(
-                False, name, log=f"the builder failed before building:\n{build_log}", seconds=seconds, infra_error=True
-            )
+        if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
+            why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
+            return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
+        if _DISK_FULL in build_log:  # the host's disk, not the candidate's sources (an RLIMIT_FSIZE kill is theirs)
+            msg = f"the disk filled during the build (not the candidate):\n{build_log}"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
         if rc != 0 or not result.get("ok") or not (tmp / f"{name}.so").exists():
             if rc < 0:
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
@@ -315,7 +340,8 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
+def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
+    """Run the builder on ``tmp``; returns its exit code and which limit ended it (``cpu``, ``backstop``, None)."""
     from musaenv.evaluator.proctree import kill_tree
 
     with open(tmp / "builder.log", "wb") as out:
@@ -329,11 +355,12 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, bool]:
             env=_env.child_env(),
         )
         try:
-            return proc.wait(timeout=timeout_s), False
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            proc.wait()
-            return proc.returncode, True
+            over = watch_process(proc, timeout_s)
+        finally:  # also on KeyboardInterrupt: no build outlives its request
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait()
+        return proc.returncode, over
 
 
 def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float) -> BuildOutcome:
@@ -358,7 +385,8 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
         job |= {"build_mode": _SETTINGS.mode, "pch_cache": str(pch_cache_root())}  # the CUDA split build's caches
         (tmp / "spec.json").write_text(json.dumps(job))
         # Each step bounds itself; this is a backstop. A split build that fails leaves the full check its own limit.
-        rc, killed = _run_builder(tmp, 2 * timeout_s + 60)
+        rc, over = _run_builder(tmp, 2 * timeout_s + 60)
+        killed = over is not None
         result = _read_json(tmp / "result.json")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

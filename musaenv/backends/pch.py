@@ -151,7 +151,7 @@ def torch_flags(
         RuntimeError: torch's private flag helpers changed shape (callers fall back to ``load_inline``).
         ValueError: the candidate's flags do not split like a shell would split them.
     """
-    from musaenv.backends.loader import toolchain_fingerprint
+    from musaenv.backends.buildspec import toolchain_fingerprint
 
     fp = hashlib.sha256(toolchain_fingerprint().encode()).hexdigest()[:16]
     path = cache / f"flags-{fp}.json"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from musaenv import _env
+from musaenv._env import ext_cache_root, pch_cache_root
 
 __all__ = ["COMMON_FLAG_SETS", "run_items", "start_background", "wait_background", "warmup", "warmup_items"]
 
@@ -87,8 +88,6 @@ def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[st
 
 
 def _spawn(items: Sequence[dict[str, Any]], timeout_s: float, background: bool) -> tuple[subprocess.Popen[bytes], Path]:
-    from musaenv.backends.loader import ext_cache_root, pch_cache_root
-
     tmp = ext_cache_root() / "tmp" / f"warmup-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
     job = {"warmup": list(items), "pch_cache": str(pch_cache_root()), "timeout_s": timeout_s,
@@ -176,8 +175,6 @@ def wait_background(timeout_s: float = 1800.0) -> None:
 
 def first_use_note() -> str | None:
     """A line for the CLI when this cache has built no C++ yet (what the first build does once, and why)."""
-    from musaenv.backends.loader import pch_cache_root
-
     if any((pch_cache_root() / "bind").glob("*/module.o")):
         return None
     return ("first C++ build in this cache: the pybind11 binding objects are compiled once (~15 s of CPU) beside "

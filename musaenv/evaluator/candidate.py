@@ -14,6 +14,7 @@ from musaenv.backends.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
+from musaenv.evaluator.limits import StageClock
 from musaenv.evaluator.messages import (
     BuildRequest,
     BuildResult,
@@ -78,6 +79,9 @@ class CandidateRun:
 # Stages in which no candidate verdict can be earned: "start" ends before the candidate's code runs, and "draw" only
 # draws the task's inputs (a candidate's sabotage of drawing is told apart by the parent: see LocalEvaluator).
 _HARNESS_STAGES = {"start": "infra_error", "draw": "input_error"}
+
+
+_LIMIT_POLL_S = 0.25  # how often a stage's limits are checked while its worker is silent
 
 
 def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
@@ -157,6 +161,17 @@ def drive_candidate(
         return _drive(worker, request, cfg, backend, compile_only, device_slot or nullcontext(), stack)
 
 
+def _recv_within(worker: WorkerProcess, clock: StageClock) -> tuple[dict[str, Any], list[np.ndarray]] | str:
+    """The worker's next message, or which limit of ``clock`` ran out first (see :meth:`StageClock.over`)."""
+    while True:
+        got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S)
+        if got is not None:
+            return got
+        over = clock.over()
+        if over is not None:
+            return over
+
+
 def _drive(
     worker: WorkerProcess,
     request: CandidateRequest,
@@ -173,25 +188,30 @@ def _drive(
     untimed_free = request.device == "cpu"  # untimed CPU work runs beside other evaluations' timing
     held = False
     phase = "start"
-    deadline = time.monotonic() + timeouts[phase]
-    worker.chan.send(request.to_dict())
+    clock = StageClock(worker.pid, timeouts[phase])
+    try:
+        worker.chan.send(request.to_dict())
+    except OSError as e:  # the worker died before its request (killed, or its spare's server was): not the candidate
+        run.failure = (
+            "infra_error",
+            f"the worker was gone before its request was sent ({e}); {worker.exit_description()}",
+        )
+        return run
     while True:
         try:
-            got = recv_before(worker, deadline)
-            if got is None:
+            got = _recv_within(worker, clock)
+            if isinstance(got, str):
                 worker.kill()
                 # Before the candidate's code runs the time is the harness's; a slow draw of the task's inputs is
-                # the task's unless the reference process cannot reproduce it (LocalEvaluator checks).
-                stage = _HARNESS_STAGES.get(phase, "timeout")
-                run.failure = (
-                    stage,
-                    f"the {phase} stage exceeded its {timeouts[phase]:.0f} s limit; the worker was killed",
-                )
+                # the task's unless the reference process cannot reproduce it (LocalEvaluator checks). A stage that
+                # only ran past the wall-clock backstop was starved by the host: infra_error, retried.
+                stage = "infra_error" if got == "backstop" else _HARNESS_STAGES.get(phase, "timeout")
+                run.failure = (stage, clock.describe(phase, got))
                 return run
             msg = decode(got[0], BuildRequest, Stage, Trial, Timing, RuntimeReport, Result)
             arrays = got[1]
             if isinstance(msg, BuildRequest):
-                deadline += _serve_build(worker, msg, run, cfg, backend, compile_only)
+                clock.exclude(_serve_build(worker, msg, run, cfg, backend, compile_only))
             elif isinstance(msg, Stage):
                 phase = msg.name
                 if phase not in timeouts:
@@ -206,7 +226,7 @@ def _drive(
                         pin_threads(worker.pid, timing_cpus(run.cpu_budget))
                     watch.start(phase)
                     worker.chan.send(Go().to_dict())
-                deadline = time.monotonic() + timeouts[phase]
+                clock.restart(timeouts[phase])
                 if msg.sandbox is not None:
                     run.sandbox = msg.sandbox
             else:
@@ -215,7 +235,7 @@ def _drive(
                 assert isinstance(msg, (Trial, Timing, RuntimeReport, Result))  # what decode allows
                 if _handle(msg, arrays, run):
                     return run
-        except EOFError:
+        except (EOFError, BrokenPipeError, ConnectionResetError):  # the worker is gone (a send can find out first)
             desc = worker.exit_description()
             tail = worker.log_tail()
             stage = "infra_error" if phase == "start" else "runtime_error"  # "start": before the candidate's code

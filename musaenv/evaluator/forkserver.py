@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from typing import Any
 
 from musaenv.evaluator import messages
 
-__all__ = ["ForkServer", "ForkServerError", "acquire", "release"]
+__all__ = ["ForkServer", "ForkServerError", "acquire", "release", "tie_to_parent"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,18 @@ class ForkServerError(Exception):
 
 
 # --------------------------------------------------------------------------------------------- server side
+
+
+def tie_to_parent(parent_pid: int) -> None:
+    """Be killed (SIGKILL) when the parent dies: ``PR_SET_PDEATHSIG``, then the check the man page asks for (the
+    parent may have died before the flag was set). Only for children of a single-threaded parent or of the thread
+    that outlives them: the kernel sends the signal when the forking *thread* exits."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(70)
 
 
 def _child(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> int:
@@ -140,9 +153,29 @@ def _reap(pids: set[int]) -> None:
             pids.discard(pid)
 
 
+def _kill_children(pids: set[int]) -> None:
+    """The client is gone (closed, or killed): so are its workers. Each is the leader of its own session and process
+    group, and none is reaped yet (a zombie keeps its pid), so these pids are still ours to signal."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def serve_requests(sock: socket.socket) -> None:
-    """Answer spawn / returncode / release requests until the client closes the socket."""
+    """Answer spawn / returncode / release requests until the client closes the socket; then kill every worker
+    not yet released (a killed evaluator takes its workers along, while a killed server leaves them running)."""
     released: set[int] = set()
+    spawned: set[int] = set()
+    try:
+        _serve(sock, released, spawned)
+    finally:
+        _reap(released)
+        _kill_children(spawned - released)
+
+
+def _serve(sock: socket.socket, released: set[int], spawned: set[int]) -> None:
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(sock, _MAX_MSG, 3)
@@ -155,10 +188,13 @@ def serve_requests(sock: socket.socket) -> None:
             op = req.get("op")
             if op == "spawn":
                 reply = _spawn(sock, req, fds)
+                if "pid" in reply:
+                    spawned.add(int(reply["pid"]))
             elif op == "returncode":
                 reply = _returncode(int(req["pid"]))
             elif op == "release":
                 released.add(int(req["pid"]))
+                spawned.discard(int(req["pid"]))
                 reply = {}
             else:
                 reply = {"error": f"unknown op {op!r}"}

@@ -15,6 +15,7 @@ from musaenv.config import EvalConfig
 from musaenv.evaluator import forkserver
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.forkserver import ForkServer
+from musaenv.evaluator.memory import candidate_budget_mb, status_mb
 from musaenv.evaluator.messages import CandidateRequest
 from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
 from musaenv.evaluator.process import WorkerProcess
@@ -98,6 +99,7 @@ class LocalEvaluator:
         )
         self._spare: WorkerProcess | None = None
         self._device_slot = device_slot
+        self._memory: dict[str, Any] = {}  # the last candidate's memory budget (reported with its result)
         self._broken_tasks: dict[str, str] = {}  # task source hash -> why its reference cannot run (refused once)
         self._closed = False
         sweep_stale_builds()
@@ -110,6 +112,9 @@ class LocalEvaluator:
 
     def _take_worker(self) -> WorkerProcess:
         worker = self._spare or self._new_worker()
+        if self._spare is not None and not worker.wait_ready(WORKER_START_TIMEOUT_S):
+            worker.close()  # the spare died while waiting (killed, or its fork server was): one fresh try
+            worker = self._new_worker()
         self._spare = None
         if not worker.wait_ready(WORKER_START_TIMEOUT_S):
             why = worker.start_error or worker.log_tail()
@@ -152,9 +157,35 @@ class LocalEvaluator:
             cpu_threads=t.cpu_threads,
             allow_processes=self.backend.name == "triton" and self.backend.device != "cpu",
             workdir=str(worker.workdir),
-            sandbox=self.config.sandbox.to_dict(),
+            sandbox={**self.config.sandbox.to_dict(), "address_space_mb": self._memory_budget_mb(task, worker)},
             runtime=RuntimeSettings.from_config(self.config).to_request(),
         )
+
+    def _memory_budget_mb(self, task: Task, worker: WorkerProcess) -> int:
+        """The candidate's address-space limit, from its task's reference peak (:mod:`musaenv.evaluator.memory`)."""
+        sb = self.config.sandbox
+        if self.backend.device != "cpu":
+            return sb.address_space_mb
+        peak = self._reference.task_peaks.get(task.source_hash)
+        budget = candidate_budget_mb(peak, status_mb(worker.pid, "VmSize"), sb.memory_factor, sb.memory_headroom_mb,
+                                     sb.address_space_mb)  # fmt: skip
+        self._memory = {"address_space_mb": budget, "reference_peak_mb": None if peak is None else round(peak, 1)}
+        return budget
+
+    def _memory_note(self, result: EvalResult) -> EvalResult:
+        """Say plainly when a candidate that failed at run time was out of its memory budget."""
+        memory, self._memory = self._memory, {}
+        if not memory:
+            return result
+        result = result.replace(extra={**result.extra, "memory": memory})
+        log_text = result.runtime_log or ""
+        if result.stage is Stage.RUNTIME_ERROR and any(m in log_text for m in ("MemoryError", "bad_alloc")):
+            why = f"out of memory: the candidate's address space is limited to {memory['address_space_mb']} MB"
+            if memory["reference_peak_mb"] is not None:
+                why += f" (its reference's peak {memory['reference_peak_mb']} MB x {self.config.sandbox.memory_factor}"
+                why += " + headroom; SandboxConfig.memory_factor)"
+            result = result.replace(messages=(*result.messages, why))
+        return result
 
     def _tolerances(self, task: Task) -> tuple[float, float]:
         atol = self.config.atol if self.config.atol is not None else task.atol
@@ -265,7 +296,7 @@ class LocalEvaluator:
                 warnings=(*result.warnings, "baseline_eager_fallback"),
                 messages=(*result.messages, f"Speedup is against the eager reference: {ref.timing_note}"),
             )
-        return result
+        return self._memory_note(result)
 
     def _task_inputs_failed(self, task: Task, plan: EvalPlan, run: CandidateRun) -> str | None:
         """Drawing inputs failed in the candidate's worker: the task's fault when the reference process (which never

@@ -27,6 +27,7 @@ from typing import Any
 from musaenv.backends import BackendInfo, resolve_backend
 from musaenv.backends.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
+from musaenv.evaluator.interrupt import interrupted, kill_running
 from musaenv.evaluator.progress import Progress
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
@@ -117,6 +118,7 @@ class EvaluatorPool:
         self._next_device = 0
         self._capacity = threading.BoundedSemaphore(self.max_in_flight)
         self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="musaenv-eval")
+        self._shut, self._running = False, 0
         self._closed = False
 
     def _new_evaluator(self) -> Any:
@@ -160,6 +162,15 @@ class EvaluatorPool:
             self._give_back(ev, healthy)
 
     def _run(self, req: EvalRequest) -> EvalResult:
+        with self._lock:
+            self._running += 1
+        try:
+            return self._run_counted(req)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+    def _run_counted(self, req: EvalRequest) -> EvalResult:
         result = self._attempt(req)
         retries = 0
         while result.stage is Stage.INFRA_ERROR and retries < self.max_retries and not self._closed:
@@ -244,15 +255,32 @@ class EvaluatorPool:
         return [r for r in results if r is not None]
 
     def close(self) -> None:
-        """Wait for running evaluations, then stop every worker (idempotent)."""
-        if self._closed:
+        """Wait for running evaluations, then stop every worker (idempotent). Called while a ``KeyboardInterrupt``
+        or ``SystemExit`` propagates (Ctrl-C in a ``with`` block or ``finally``), it stops them instead: see
+        :meth:`abort`."""
+        aborted = interrupted()
+        if aborted:
+            self.abort()
+        if self._shut:
             return
-        self._closed = True
-        self._executor.shutdown(wait=True)
+        self._closed = self._shut = True
+        self._executor.shutdown(wait=not aborted)
         with self._lock:
             evaluators, self._all, self._free = list(self._all), [], []
         for ev in evaluators:
             ev.close()
+
+    def abort(self, timeout_s: float = 10.0) -> None:
+        """Stop now: queued requests are cancelled and running ones end within seconds, their workers and builders
+        killed (:func:`musaenv.evaluator.interrupt.kill_running`); then every evaluator is closed."""
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout_s
+        while self._running and time.monotonic() < deadline:
+            kill_running()  # again each round: an evaluation may start a reference worker or a spare meanwhile
+            time.sleep(0.05)
+        if self._running:
+            log.warning("%d evaluations still running %.0f s after the interrupt", self._running, timeout_s)
 
     def __enter__(self) -> EvaluatorPool:
         return self

@@ -37,7 +37,7 @@ def _start_interpreter(
 ) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "musaenv.evaluator.worker", "--rfd", str(fds[0]), "--wfd", str(fds[1])]
     return subprocess.Popen(
-        [*cmd, "--role", role],
+        [*cmd, "--role", role, "--parent", str(os.getpid())],
         pass_fds=fds,
         stdin=subprocess.DEVNULL,
         stdout=log_file,

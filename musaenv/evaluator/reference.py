@@ -25,6 +25,7 @@ from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.integrity import read_sealed, write_sealed
+from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.messages import DrawRequest, ReferenceRequest, Result, Timing, Trial, TrialStats, decode
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.evaluator.process import WorkerProcess
@@ -104,6 +105,7 @@ class ReferenceService:
         self.cpu_threads = cpu_threads
         self.timing = timing
         self.cache_dir = cache_root / "reftime"
+        self.task_peaks: dict[str, float] = {}  # task source hash -> MB its reference added at its peak
         self._memo: dict[str, tuple[TimingStats, str]] = {}
         self._worker: WorkerProcess | None = None
 
@@ -240,6 +242,7 @@ class ReferenceService:
         probes: list[int],
     ) -> RefOutputs:
         worker = self._ensure_worker()
+        meter = PeakMeter(worker.pid)  # the task's memory: the candidate's budget derives from it (.memory)
         req = self._request(task, plan, timing_cfg, calls, probes)
         cached = self._cached(task, plan) if timing_cfg and not req.timing else None
         if req.timing and self.device == "cpu":  # timed on the same cores a candidate's timed calls get
@@ -269,6 +272,9 @@ class ReferenceService:
             elif isinstance(msg, Result):
                 if msg.failure is not None:
                     raise ReferenceError_(f"the reference program of {task.id} failed:\n{msg.failure.log}")
+                peak = meter.task_peak_mb()
+                if peak is not None:
+                    self.task_peaks[task.source_hash] = max(peak, self.task_peaks.get(task.source_hash, 0.0))
                 break
         n = len(plan.trials)
         out.trials, out.rechecks = collected[:n], collected[n:]

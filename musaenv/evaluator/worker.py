@@ -294,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rfd", type=int, required=True)
     p.add_argument("--wfd", type=int, required=True)
     p.add_argument("--role", choices=["candidate", "reference"], required=True)
+    p.add_argument("--parent", type=int, default=0)
     a = p.parse_args(argv)
+    if a.parent:  # a killed evaluator takes its workers along (a busy candidate would run on to RLIMIT_CPU)
+        from musaenv.evaluator.forkserver import tie_to_parent
+
+        tie_to_parent(a.parent)
     return serve(Channel(a.rfd, a.wfd), a.role)
 
 
