@@ -26,6 +26,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
+from musaenv.evaluator.proctree import descendants
 
 __all__ = ["COMMON_FLAG_SETS", "run_items", "start_background", "wait_background", "warmup", "warmup_items"]
 
@@ -162,6 +163,14 @@ def add_warmup_subparser(sub: Any) -> None:
     )
     w.add_argument("--no-full", action="store_true", help="skip torch/extension.h headers (pybind11 sources only)")
     w.set_defaults(func=_cmd_warmup)
+
+
+def background_tree() -> set[int]:
+    """Pids of this process's running background header builds and everything under them: ours, bounded, and
+    ending on their own (leak checks leave them out; :func:`wait_background` waits for them)."""
+    with _BG_LOCK:
+        live = [p.pid for p in _BG_PROCS if p.poll() is None]
+    return {pid for root in live for pid in (root, *descendants(root))}
 
 
 def wait_background(timeout_s: float = 1800.0) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from musaenv.backends.warmup import background_tree
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.evaluator.proctree import descendants
 
@@ -50,7 +51,7 @@ def _worker_pids(evaluators: list[LocalEvaluator]) -> set[int]:
 
 def stray_processes(evaluators: list[LocalEvaluator]) -> list[int]:
     """Live (non-zombie) processes below this one that are not an evaluator's idle worker."""
-    known = _worker_pids(evaluators)
+    known = _worker_pids(evaluators) | background_tree()  # a header build for later candidates is ours and ends
     strays = []
     for pid in descendants(os.getpid()):
         if pid in known or _state(pid) in ("Z", "X"):
