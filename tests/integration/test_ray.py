@@ -45,7 +45,8 @@ def test_install_artifacts_is_atomic_and_content_named(tmp_path: Path) -> None:
     assert (tmp_path / "musaenv_abc" / "musaenv_abc.so").read_bytes() == b"\x7fELF..."
     assert "nope" in (tmp_path / "musaenv_bad" / "failed.json").read_text()
     assert install_artifacts([{"name": "musaenv_abc", "so": b"other"}], root=tmp_path) == 0  # never overwrites
-    assert not list(tmp_path.glob("*/.*"))
+    assert not [p for p in tmp_path.glob("*/.*") if p.name != ".install.lock"]  # no temporary file left (the
+    # entry's lock file stays: installers and readers of a shared cache take it, loader._entry_lock)
 
 
 @pytest.fixture(scope="module")
