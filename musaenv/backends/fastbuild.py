@@ -133,7 +133,7 @@ def _writes_only(tmp: Path) -> Callable[[], None]:
 
 def _compile(flags: CompileFlags, extra: list[str], src: Path, obj: Path, tmp: Path) -> tuple[int, str, list[str]]:
     cmd = [*flags.cxx, *flags.cflags, *extra, "-c", str(src), "-o", str(obj)]
-    rc, out = run_tool(cmd, tmp, preexec=_writes_only(tmp))
+    rc, out = run_tool(cmd, tmp, preexec=_writes_only(tmp), tmpdir=tmp)
     return rc, out, cmd
 
 
@@ -157,7 +157,7 @@ def _link(flags: CompileFlags, objs: list[Path], out: Path, tmp: Path) -> tuple[
     if linker is not None:
         return linker(objs, out)
     return run_tool([*flags.cxx, *[str(o) for o in objs], *flags.ldflags, "-o", str(out)], tmp,
-                    preexec=_writes_only(tmp))  # fmt: skip
+                    preexec=_writes_only(tmp), tmpdir=tmp)  # fmt: skip
 
 
 def _error_log(name: str, cmd: list[str], out: str) -> str:

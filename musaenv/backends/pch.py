@@ -184,16 +184,22 @@ def torch_flags(
 
 
 def run_tool(
-    cmd: Sequence[str], cwd: Path, timeout_s: float = PCH_TIMEOUT_S, preexec: Callable[[], None] | None = None
+    cmd: Sequence[str],
+    cwd: Path,
+    timeout_s: float = PCH_TIMEOUT_S,
+    preexec: Callable[[], None] | None = None,
+    tmpdir: Path | None = None,
 ) -> tuple[int, str]:
     """Run a compiler-like tool; returns (exit code, combined output). Raises ``OSError`` when it cannot start.
 
-    ``preexec`` runs in the child before the tool (e.g. a further Landlock layer for a candidate's compile).
+    ``preexec`` runs in the child before the tool (e.g. a further Landlock layer for a candidate's compile);
+    ``tmpdir`` becomes its ``TMPDIR`` (where GCC writes its temporary files; such a layer allows no other place).
     """
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     try:
         p = subprocess.run(
             list(cmd), cwd=str(cwd), capture_output=True, text=True, errors="replace", timeout=timeout_s,
-            preexec_fn=preexec,
+            preexec_fn=preexec, env=env,
         )  # fmt: skip
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else str(e.stdout or "")
