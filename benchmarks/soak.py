@@ -80,15 +80,27 @@ def _dir_bytes(path: Path) -> int:
     return total
 
 
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (``X`` when it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return "X"
+    return text[text.rindex(")") + 2 :].split()[0]
+
+
 def snapshot() -> dict[str, Any]:
-    """What this process holds now: RSS (MB), open descriptors, live children, cache size (MB)."""
+    """What this process holds now: RSS (MB), open descriptors, live and unreaped children, cache size (MB)."""
+    kids = set(descendants(os.getpid())) - background_tree()
     status = Path("/proc/self/status").read_text().splitlines()
     rss_kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
     return {
         "rss_mb": round(rss_kb / 1024, 1),
         "open_fds": len(os.listdir("/proc/self/fd")),
-        # a background header build (for later candidates) is ours and ends on its own: not a leak
-        "children": len(set(descendants(os.getpid())) - background_tree()),
+        # a background header build (for later candidates) is ours and ends on its own: not a leak; exited
+        # children not yet reaped (zombies, e.g. left by whatever ran earlier in this process) are counted apart
+        "children": len(live := [p for p in kids if _state(p) not in ("Z", "X")]),
+        "zombies": len(kids) - len(live),
         "cache_mb": round(_dir_bytes(_env.cache_dir()) / 2**20, 1),
     }
 
