@@ -89,6 +89,14 @@ def _state(pid: int) -> str:
     return text[text.rindex(")") + 2 :].split()[0]
 
 
+def _children() -> tuple[set[int], set[int]]:
+    """Live and unreaped (zombie) processes below this one, less background header builds (ours, ending on their
+    own)."""
+    kids = set(descendants(os.getpid())) - background_tree()
+    states = {p: _state(p) for p in kids}
+    return {p for p, st in states.items() if st not in ("Z", "X")}, {p for p, st in states.items() if st == "Z"}
+
+
 def snapshot() -> dict[str, Any]:
     """What this process holds now: RSS (MB), open descriptors, live and unreaped children, cache size (MB)."""
     kids = set(descendants(os.getpid())) - background_tree()
@@ -109,6 +117,8 @@ def run_soak(steps: int, num_envs: int = 2, seed: int = 0) -> dict[str, Any]:
     """Step ``num_envs`` vector envs until ``steps`` env steps were taken; returns counts and snapshots."""
     rng = random.Random(seed)
     pool = responses()
+    before = set.union(*_children())  # what this process ran already (a test session's other evaluators, Ray) is not
+    # the soak's, whether it lives on or exits (unreaped) meanwhile
     envs = make_vector_env(num_envs, backend="cpu", task=TASK, eval_config=CONFIG, max_turns=3)
     verdicts: Counter[str] = Counter()
     by_response: dict[str, Counter[str]] = {}
@@ -133,6 +143,9 @@ def run_soak(steps: int, num_envs: int = 2, seed: int = 0) -> dict[str, Any]:
     finally:
         envs.close()
     closed = snapshot()
+    live, zombies = _children()
+    closed["left"] = sorted(live - before)  # started by the soak and still alive after close
+    closed["unreaped"] = sorted(zombies - before)  # started by the soak, exited, never waited for
     assert start is not None
     return {
         "steps": taken, "evaluations": evaluations, "num_envs": num_envs, "seconds": round(time.monotonic() - t0, 1),
