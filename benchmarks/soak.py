@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:  # the adversarial suite's candidates are rendered
 from musaenv import _env  # noqa: E402
 from musaenv.backends.warmup import background_tree  # noqa: E402
 from musaenv.config import EvalConfig, TimingConfig  # noqa: E402
-from musaenv.evaluator.proctree import descendants  # noqa: E402
+from musaenv.evaluator.proctree import descendants, is_zombie  # noqa: E402
 from musaenv.tasks.builtin import solution_source  # noqa: E402
 from musaenv.vector import make_vector_env  # noqa: E402
 
@@ -80,26 +80,17 @@ def _dir_bytes(path: Path) -> int:
     return total
 
 
-def _state(pid: int) -> str:
-    """A process's state letter from /proc (``X`` when it is gone)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "X"
-    return text[text.rindex(")") + 2 :].split()[0]
-
-
 def _children() -> tuple[set[int], set[int]]:
     """Live and unreaped (zombie) processes below this one, less background header builds (ours, ending on their
     own)."""
     kids = set(descendants(os.getpid())) - background_tree()
-    states = {p: _state(p) for p in kids}
-    return {p for p, st in states.items() if st not in ("Z", "X")}, {p for p, st in states.items() if st == "Z"}
+    zombies = {p for p in kids if is_zombie(p)}
+    return kids - zombies, zombies
 
 
 def snapshot() -> dict[str, Any]:
     """What this process holds now: RSS (MB), open descriptors, live and unreaped children, cache size (MB)."""
-    kids = set(descendants(os.getpid())) - background_tree()
+    live, zombies = _children()
     status = Path("/proc/self/status").read_text().splitlines()
     rss_kb = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
     return {
@@ -107,8 +98,8 @@ def snapshot() -> dict[str, Any]:
         "open_fds": len(os.listdir("/proc/self/fd")),
         # a background header build (for later candidates) is ours and ends on its own: not a leak; exited
         # children not yet reaped (zombies, e.g. left by whatever ran earlier in this process) are counted apart
-        "children": len(live := [p for p in kids if _state(p) not in ("Z", "X")]),
-        "zombies": len(kids) - len(live),
+        "children": len(live),
+        "zombies": len(zombies),
         "cache_mb": round(_dir_bytes(_env.cache_dir()) / 2**20, 1),
     }
 

@@ -273,13 +273,7 @@ def _run(steps: list[_Step], build: Path, deadline: float) -> None:
         for step in steps:
             _finish(step, build, deadline)
     finally:
-        for step in steps:
-            if step.proc is not None and step.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(step.proc.pid, signal.SIGKILL)
-                step.proc.wait()
-            if step.out is not None and not step.out.closed:
-                step.out.close()
+        _kill(steps)
 
 
 def _compose_log(steps: list[_Step], passed: set[str]) -> str:
@@ -407,3 +401,14 @@ def _link(
     if ok:
         passed.add("link")
     return step
+
+
+def _kill(steps: list[_Step]) -> None:
+    """Stop every step still running (its whole process group) and close its output."""
+    for step in steps:
+        if step.proc is not None and step.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(step.proc.pid, signal.SIGKILL)
+            step.proc.wait()
+        if step.out is not None and not step.out.closed:
+            step.out.close()

@@ -21,11 +21,8 @@ the verdict. Measured costs: ``docs/scaling.md``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
-import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,11 +30,20 @@ from pathlib import Path
 from typing import Any
 
 from musaenv import _env
-from musaenv.backends.cuda_compile import _ARCH_FLAG, _CUDA_PRELUDE, _finish, _run, _start, _Step, _torch_build_flags
+from musaenv.backends.cuda_compile import (
+    _ARCH_FLAG,
+    _CUDA_PRELUDE,
+    _finish,
+    _kill,
+    _run,
+    _start,
+    _Step,
+    _torch_build_flags,
+)
 from musaenv.backends.cuda_link import judge_link, link_plan
 from musaenv.backends.cuda_split import CudaSplit, flags_allow_split, split_cuda
-from musaenv.backends.fastbuild import fast_build, linking_with
-from musaenv.backends.pch import CompileFlags, PchStore, torch_flags, unique_suffix
+from musaenv.backends.fastbuild import fast_build, linking_with, split_overlay
+from musaenv.backends.pch import CompileFlags, PchStore, torch_flags
 
 __all__ = ["CudaFastResult", "cuda_fast_build"]
 
@@ -67,18 +73,6 @@ class _Abandon(Exception):
     """A part failed: the source is built as written instead (its output is the verdict)."""
 
 
-def _split_overlay(cache: Path) -> Path:
-    """An include directory where ``torch/extension.h`` means ``torch/types.h`` (the host part needs no pybind11)."""
-    d = cache / "cuda_split_include"
-    header = d / "torch" / "extension.h"
-    if not header.exists():
-        header.parent.mkdir(parents=True, exist_ok=True)
-        part = header.with_suffix(f".{unique_suffix()}.tmp")
-        part.write_text("#pragma once\n#include <torch/types.h>\n")
-        part.replace(header)
-    return d
-
-
 def _device_step(spec: dict[str, Any], cuda_home: Path, arch_flags: Sequence[str] | None) -> _Step:
     """nvcc on the device part: torch's includes, defines and nvcc flags, the candidate's nvcc flags."""
     from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
@@ -105,7 +99,7 @@ def _host_step(spec: dict[str, Any], flags: CompileFlags, pch: list[str], cache:
     _, defines, _ = _torch_build_flags()
     macros = [f for f in [*COMMON_NVCC_FLAGS, *(spec.get("extra_cuda_cflags") or ())] if _MACRO_FLAG.match(f)]
     macros += [d for d in defines if d.startswith("-DC10_CUDA")]  # the CPU wheel's c10/cuda switch, when needed
-    cmd = [*flags.cxx, *flags.cflags, "-I", str(_split_overlay(cache)), *pch, "-isystem", str(cuda_home / "include"),
+    cmd = [*flags.cxx, *flags.cflags, "-I", str(split_overlay(cache)), *pch, "-isystem", str(cuda_home / "include"),
            *macros, "-c", "musaenv_host.cpp", "-o", "musaenv_host.o"]  # fmt: skip
     return _Step("host", cmd)
 
@@ -160,16 +154,6 @@ def _await(parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str,
     failed = [s for s in parts if s.returncode != 0]
     if failed:
         raise _Abandon("; ".join(f"{s.name}: {s.output[-400:]}" for s in failed))
-
-
-def _kill(parts: list[_Step]) -> None:
-    for step in parts:
-        if step.proc is not None and step.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(step.proc.pid, signal.SIGKILL)
-            step.proc.wait()
-        if step.out is not None and not step.out.closed:
-            step.out.close()
 
 
 def cuda_fast_build(

@@ -53,7 +53,7 @@ from musaenv.backends.flagkeys import strip_refusals
 from musaenv.backends.header_names import extension_only_names, names_in_quotes
 from musaenv.backends.pch import CompileFlags, PchStore, run_tool, torch_flags, unique_suffix
 
-__all__ = ["FastResult", "fast_build", "linking_with"]
+__all__ = ["FastResult", "fast_build", "linking_with", "split_overlay"]
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +229,9 @@ def _pch_tier(
     return FastResult(True, "", "pch", steps)
 
 
-def _split_overlay(cache: Path) -> Path:
-    """An include directory where ``torch/extension.h`` is ``torch/types.h`` (pybind11-free candidates only)."""
+def split_overlay(cache: Path) -> Path:
+    """An include directory where ``torch/extension.h`` is ``torch/types.h`` (pybind11-free code: split-tier
+    candidates, the host part of a CUDA split build)."""
     d = cache / "split_include"
     header = d / "torch" / "extension.h"
     if not header.exists():
@@ -298,7 +299,7 @@ def _split_tier(
         )
     user = tmp / "main.cpp"
     user.write_text(source + "\n".join(scaffold) + "\n")
-    rc, out, cmd = _compile(flags, ["-I", str(_split_overlay(cache)), *(pch or [])], user, tmp / "main.o", tmp)
+    rc, out, cmd = _compile(flags, ["-I", str(split_overlay(cache)), *(pch or [])], user, tmp / "main.o", tmp)
     steps.append({"step": "split_compile" if pch else "split_compile_no_pch", "rc": rc})
     if pch:
         store.check_used("split", flags, out)

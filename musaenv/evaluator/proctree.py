@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import psutil
 
-__all__ = ["cpu_seconds", "descendants", "kill_tree", "open_inet_sockets", "start_time", "thread_count"]
+__all__ = ["cpu_seconds", "descendants", "is_zombie", "kill_tree", "open_inet_sockets", "start_time", "thread_count"]
 
 _PROC = Path("/proc")
 
@@ -91,6 +91,14 @@ def _gone(pid: int) -> bool:
         return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.NoSuchProcess:
         return True
+
+
+def is_zombie(pid: int) -> bool:
+    """Whether ``pid`` exited and was not reaped by its parent yet (``False`` once it is gone)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from musaenv.backends.warmup import background_tree
 from musaenv.evaluator.local import LocalEvaluator
-from musaenv.evaluator.proctree import descendants
+from musaenv.evaluator.proctree import descendants, is_zombie
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
@@ -26,14 +26,6 @@ def become_subreaper() -> bool:
     """Make this process the reaper of its orphaned descendants (Linux >= 3.4); False when refused."""
     libc = ctypes.CDLL(None, use_errno=True)
     return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-
-
-def _state(pid: int) -> str:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return "X"
-    return text[text.rindex(")") + 2 :].split()[0]
 
 
 def _worker_pids(evaluators: list[LocalEvaluator]) -> set[int]:
@@ -54,7 +46,7 @@ def stray_processes(evaluators: list[LocalEvaluator]) -> list[int]:
     known = _worker_pids(evaluators) | background_tree()  # a header build for later candidates is ours and ends
     strays = []
     for pid in descendants(os.getpid()):
-        if pid in known or _state(pid) in ("Z", "X"):
+        if pid in known or is_zombie(pid) or not Path(f"/proc/{pid}").exists():  # exited meanwhile
             continue
         strays.append(pid)
     return strays
