@@ -1,7 +1,7 @@
 """Backends: where candidates run and how their kernels are built.
 
 Each backend is described by a :class:`BackendInfo`; :func:`resolve_backend` turns a user's choice
-(``auto``, ``cpu``, ``cuda``, ``triton``, ``musa``) into one, probing the machine without initialising a device.
+(``auto``, ``cpu``, ``cuda``, ``triton``, ``musa``, ``cupy``) into one, probing the machine without initialising a device.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["BACKENDS", "BackendInfo", "resolve_backend"]
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "cpu", "cuda", "triton", "musa")
+BACKENDS = ("auto", "cpu", "cuda", "triton", "musa", "cupy")
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class BackendInfo:
     """A resolved backend.
 
     Attributes:
-        name: ``cpu``, ``cuda``, ``triton`` or ``musa``.
+        name: ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy`` (CUDA kernels built by CuPy's NVRTC).
         device: torch device string candidates run on (``cpu``, ``cuda``, ``musa``).
         tier: Size tier of built-in tasks that suits it (``cpu`` or ``gpu``).
         compile_only: True when the device is absent: sources are compiled for real but not run.
@@ -97,12 +97,37 @@ def resolve_backend(name: str = "auto") -> BackendInfo:
             return BackendInfo("triton", "cuda", "gpu")
         _require_interpreter_triton()
         return BackendInfo("triton", "cpu", "cpu", reason="no GPU: Triton kernels run in TRITON_INTERPRET=1 mode")
+    if name == "cupy":
+        return _resolve_cupy()
     if _musa_present():
         return BackendInfo("musa", "musa", "gpu")
     raise BackendUnavailableError(
         "backend 'musa' needs torch_musa and a Moore Threads GPU; torch_musa is not importable here "
         "(install Moore Threads' torch_musa wheel matching your torch, or use backend='cpu')"
     )
+
+
+def _resolve_cupy() -> BackendInfo:
+    """CuPy candidates: kernels compiled by NVRTC through CuPy; without a GPU they are compiled, not run."""
+    if importlib.util.find_spec("cupy") is None:
+        raise BackendUnavailableError(
+            "backend 'cupy' needs CuPy and NVRTC: pip install 'musaenv[cupy]' (cupy-cuda13x, nvidia-cuda-nvrtc)"
+        )
+    if _cuda_device_present():
+        return BackendInfo("cupy", "cuda", "gpu")
+    try:  # compile-only needs NVRTC itself, which CuPy loads lazily: a missing libnvrtc shows here, not per candidate
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as exc:
+        raise BackendUnavailableError(
+            f"backend 'cupy' without a GPU compiles kernels with NVRTC, which cannot be loaded here ({exc}); "
+            "pip install 'musaenv[cupy]' (nvidia-cuda-nvrtc)"
+        ) from exc
+    return BackendInfo(
+        "cupy", "cpu", "gpu", compile_only=True,
+        reason="no CUDA GPU here: CuPy kernels are compiled with NVRTC but not run",
+    )  # fmt: skip
 
 
 # Triton's interpreter before 3.2 loses the tl.constexpr of kernel arguments when the kernel's module is not in

@@ -135,6 +135,8 @@ def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarra
             run.runtime_arrays = arrays
     else:
         run.builds = list(msg.builds)
+        # CuPy kernels are compiled in the worker (musaenv.evaluator.cupy_hook), not by the parent's build service.
+        run.compile_time_s += sum(float(b.get("seconds") or 0.0) for b in run.builds if b.get("kind") == "cupy")
         run.warnings = list(msg.warnings)
         run.compile_only = msg.compile_only
         if msg.failure is not None:

@@ -225,6 +225,14 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
         _fail(chan, "infra_error", log + format_exc(e))
         return
     state = install_loader_hook(chan, backend=req.backend, compile_only=compile_only)
+    if req.backend == "cupy":  # CuPy kernels: compiled when built, counted and put on torch's stream when launched
+        from musaenv.evaluator.cupy_hook import install_cupy_hook
+
+        try:
+            install_cupy_hook(state, compile_only)
+        except Exception as e:  # CuPy or NVRTC missing in the worker: the machine's problem
+            _fail(chan, "infra_error", f"the cupy backend cannot load CuPy/NVRTC here: {format_exc(e)}")
+            return
     if req.backend == "triton" and req.device == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
         from musaenv.backends.triton_interp import install_interpreter_guards
 

@@ -16,7 +16,7 @@ __all__ = ["BACKENDS", "ERROR", "FLAG_DESCRIPTIONS", "POLICIES", "WARNING", "Fin
 
 ERROR = "error"
 WARNING = "warning"
-BACKENDS = ("cpu", "cuda", "triton", "musa")
+BACKENDS = ("cpu", "cuda", "triton", "musa", "cupy")
 
 #: Every flag the static checks emit, with what it means (HACKS.md numbers in brackets).
 FLAG_DESCRIPTIONS: dict[str, str] = {
@@ -55,6 +55,7 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "build_flag_refused": "a compiler or linker flag outside the allow-list (docs/verification.md#build-flags)",
     "backend_mismatch": "the kernels do not match the requested backend",
     "too_complex": "the candidate is nested too deeply to analyse",
+    "cuda_runtime_api": "CuPy's CUDA runtime/driver API, devices, memory pools or module loading from Python [T1, S20]",
 }
 
 

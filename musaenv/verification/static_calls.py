@@ -89,6 +89,8 @@ def map_args(prog: Program, key: str, args: list[Val], kws: dict[str, Val], skip
 
 def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], node: ast.Call) -> Val:
     k = f.kind
+    if k == "kernel" and f.ref.endswith(".get_function"):  # a CuPy kernel taken from its module: launched next
+        return Val("kernel", f"{f.ref}()")
     if k == "kernel":
         fa.emit("kernel", node, f.ref)
         return TENSOR
@@ -110,6 +112,8 @@ def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], n
     if k == "lib":
         if f.ref == "functools.partial" and args:
             return args[0]
+        if f.ref.startswith("cupy."):
+            return _cupy_call(f.ref)
         return META if f.ref.split(".")[0] in ("math", "triton") else UNKNOWN
     if k == "builtin":
         return _builtin(fa, f.ref, args, node)
@@ -127,6 +131,16 @@ def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], n
     if k == "unknown":  # a callable the static view cannot name (it may be the kernel): the runtime check decides
         fa.emit("opaque", node, f"call of {ast.unparse(node.func)}")
     return UNKNOWN
+
+
+def _cupy_call(q: str) -> Val:
+    """CuPy in a CuPy candidate (:mod:`.static_cupy`): its kernels, and views of torch tensors (whose math is
+    compute like a tensor's); every other CuPy name is already a finding of its own."""
+    if q == "cupy.RawKernel":
+        return Val("kernel", q)
+    if q == "cupy.RawModule":
+        return Val("ext", q)
+    return TENSOR if q in ("cupy.from_dlpack", "cupy.asarray") else META
 
 
 def _instance(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], node: ast.Call) -> Val:

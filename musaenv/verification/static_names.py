@@ -115,8 +115,8 @@ class Symbols:
     def is_ext_expr(self, node: ast.AST) -> bool:
         """True when ``node`` evaluates to a compiled extension module."""
         if isinstance(node, ast.Call):
-            if is_load_inline_name(self.resolve(node.func)):
-                return True
+            if is_load_inline_name(self.resolve(node.func)) or self.resolve(node.func) == "cupy.RawModule":
+                return True  # a CuPy RawModule holds kernels the way an extension does
             func = node.func
             name = func.id if isinstance(func, ast.Name) else self_attr(func)
             return name is not None and name in self.ext_factories
@@ -130,7 +130,16 @@ class Symbols:
         return False
 
     def kernel_display(self, node: ast.AST) -> str | None:
-        """Display name when ``node`` is a kernel function (``ext.fn``, an alias of one, a Triton kernel)."""
+        """Display name when ``node`` is a kernel function (``ext.fn``, an alias of one, a Triton kernel, a CuPy
+        ``RawKernel`` or ``RawModule.get_function``)."""
+        if isinstance(node, ast.Call):
+            func = node.func
+            if self.resolve(func) == "cupy.RawKernel":
+                return "cupy.RawKernel"
+            if isinstance(func, ast.Attribute) and func.attr == "get_function" and self.is_ext_expr(func.value):
+                name = _const_str(node.args[0]) if node.args else None
+                return f"get_function({name or '?'})"
+            return None
         if isinstance(node, ast.Attribute) and self.is_ext_expr(node.value):
             base = node.value
             prefix = base.id if isinstance(base, ast.Name) else (self_attr(base) or "ext")

@@ -25,6 +25,7 @@ from musaenv.errors import ConfigError
 from musaenv.verification import allowlists as al
 from musaenv.verification.findings import BACKENDS, ERROR, POLICIES, WARNING, Finding, StaticReport, sort_findings
 from musaenv.verification.static_cpp import check_build
+from musaenv.verification.static_cupy import cupy_findings
 from musaenv.verification.static_flow import Event, FunctionAnalyzer, Summary
 from musaenv.verification.static_model import Program, Unit
 from musaenv.verification.static_names import Symbols, build_symbols
@@ -235,6 +236,8 @@ def _backend_warnings(backend: str, kernels: list[str], kinds: set[str]) -> list
     problem = ""
     if backend == "triton" and kernels and not triton:
         problem = "the triton backend expects Triton kernels, but forward only calls load_inline extensions"
+    elif backend == "cupy" and kernels and not any("get_function" in k or k.startswith("cupy.") for k in kernels):
+        problem = "the cupy backend expects CuPy RawModule/RawKernel kernels, but forward calls none"
     elif backend == "cpu" and (triton or device_src):
         problem = "the cpu backend cannot run Triton kernels or CUDA/MUSA sources"
     if not problem:
@@ -254,8 +257,8 @@ def _kernelbench_findings(sym: Symbols, builds: list[BuildSpec], backend: str) -
     out = [Finding("try_except_fallback", ERROR, f"line {n.lineno}: KernelBench refuses every try/except", n.lineno)
            for n in tries]  # fmt: skip
     texts = [src.text for spec in builds for src in spec.sources]
-    if backend == "cuda" and builds and not any("__global__" in t for t in texts):
-        msg = "KernelBench's CUDA check needs a __global__ kernel in the load_inline sources; none was found"
+    if backend in ("cuda", "cupy") and builds and not any("__global__" in t for t in texts):
+        msg = "KernelBench's CUDA check needs a __global__ kernel in the kernel sources; none was found"
         out.append(Finding("no_custom_kernel", ERROR, msg, builds[0].line))
     return out
 
@@ -268,7 +271,7 @@ def analyze_candidate(
     Args:
         source: The candidate's Python source (defines ``class ModelNew``).
         policy: ``strict``, ``kernelbench``, ``permissive`` or ``off`` (see the module docstring).
-        backend: ``cpu``, ``cuda``, ``triton`` or ``musa``; a mismatch between it and the kernels is a warning.
+        backend: ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy``; a mismatch between it and the kernels is a warning.
         preprocess: Expand C/C++ macros with ``g++ -E`` before scanning extension sources.
 
     Returns:
@@ -292,10 +295,15 @@ def analyze_candidate(
         return StaticReport((Finding("too_complex", ERROR, _TOO_DEEP, None),))
     try:
         sym = build_symbols(tree)
-        findings = list(safety_findings(sym))
+        findings = list(safety_findings(sym, backend))
         builds = find_builds(source, sym)
         for spec in builds:
             findings.extend(check_build(spec, policy, preprocess))
+        if backend == "cupy":
+            cupy, cupy_sources = cupy_findings(sym, policy, preprocess)
+            findings.extend(cupy)
+            if cupy_sources:  # KernelBench's __global__ check covers them too
+                builds.append(BuildSpec(line=cupy_sources[0].line, sources=cupy_sources))
         model_findings, events = _model_findings(Program(sym), policy)
         if policy == "kernelbench":
             findings.extend(_kernelbench_findings(sym, builds, backend))

@@ -21,6 +21,7 @@ _ATTR_BUILTINS = ("builtins.getattr", "builtins.setattr", "builtins.delattr", "b
 _DISPATCH_ATTRS = frozenset({"forward", "__call__", "_call_impl"})
 _LOOKUP_HOOKS = frozenset({"__getattribute__", "__setattr__", "__instancecheck__", "__subclasscheck__"})
 _HOOK_RE = re.compile(r"register_(?:module_)?(?:full_)?(?:forward|backward)(?:_pre)?_hook")
+_CUPY_ROOTS = ("cupy", "cupyx", "cupy_backends")
 _TENSOR_BASES = ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase", "torch.nn.Parameter")
 
 
@@ -48,8 +49,9 @@ def _finding(flag: str, line: int, what: str) -> Finding:
 
 
 class _SafetyVisitor(ast.NodeVisitor):
-    def __init__(self, sym: Symbols) -> None:
+    def __init__(self, sym: Symbols, allow_cupy: bool = False) -> None:
         self.sym = sym
+        self.allow_cupy = allow_cupy  # the cupy format: its CuPy names are judged by static_cupy
         self.findings: list[Finding] = []
         self.parents: dict[int, ast.AST] = {}
         for node in sym.nodes:
@@ -61,6 +63,8 @@ class _SafetyVisitor(ast.NodeVisitor):
 
     def _module(self, name: str, node: ast.AST) -> None:
         flag = "dynamic_code" if name == "builtins" else qualname_flag(name)
+        if flag is None and self.allow_cupy and name.split(".")[0] in _CUPY_ROOTS:
+            return
         if flag is not None:
             self.add(flag, node, f"import of {name}")
         elif name.startswith(".") or name.split(".")[0] not in al.ALLOWED_IMPORTS:
@@ -168,9 +172,10 @@ class _SafetyVisitor(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def safety_findings(sym: Symbols) -> Iterator[Finding]:
-    """Policy-independent findings anywhere in the candidate's Python source."""
-    visitor = _SafetyVisitor(sym)
+def safety_findings(sym: Symbols, backend: str = "cpu") -> Iterator[Finding]:
+    """Policy-independent findings anywhere in the candidate's Python source (``backend="cupy"``: CuPy imports
+    are left to :mod:`~musaenv.verification.static_cupy`)."""
+    visitor = _SafetyVisitor(sym, allow_cupy=backend == "cupy")
     visitor.visit(sym.tree)
     seen: set[tuple[str, int | None]] = set()
     for f in visitor.findings:
