@@ -94,7 +94,8 @@ class KernelGenEnv(gym.Env[str, str]):
       every reset instead of the built-in suite (``levels`` filters it by ``level<N>`` folder). Each sampled
       file's tiers are derived on first use and cached (:mod:`musaenv.tasks.derive`); ``shape_config`` sets the
       budgets. ``info["task_warnings"]`` carries the task's warnings (``single_shape``: checked at one shape).
-    * ``backend``: ``auto`` (CUDA, else MUSA, else CPU), ``cpu``, ``cuda``, ``triton`` or ``musa``.
+    * ``backend``: ``auto`` (CUDA, else MUSA, else CPU), ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy``
+      (CUDA kernels compiled by NVRTC through CuPy; docs/backends.md).
     * ``max_turns``, ``stop_on_success``, ``feedback_chars``: see :class:`~musaenv.config.EnvConfig`.
     * ``reward`` / ``reward_kwargs``: shaper name and parameters (see :mod:`musaenv.rewards`).
     * ``config``: a full :class:`~musaenv.config.EnvConfig` (the keyword arguments above override it).

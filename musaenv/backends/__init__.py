@@ -1,7 +1,8 @@
 """Backends: where candidates run and how their kernels are built.
 
 Each backend is described by a :class:`BackendInfo`; :func:`resolve_backend` turns a user's choice
-(``auto``, ``cpu``, ``cuda``, ``triton``, ``musa``, ``cupy``) into one, probing the machine without initialising a device.
+(``auto``, ``cpu``, ``cuda``, ``triton``, ``musa``, ``cupy``) into one, probing the machine without initialising a
+device.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ its public path cannot run at all: ``RawKernel.compile()`` and ``cupy.cuda.compi
 runtime for the current device first and fail with ``cudaErrorInsufficientDriver`` before NVRTC sees the source
 (measured with cupy-cuda13x 14.2 on this GPU-less machine). NVRTC itself needs no driver, so the check calls it
 through CuPy's own binding (``cupy_backends.cuda.libs.nvrtc``) with the options CuPy's compile adds
-(``-arch=sm_<arch>``, ``-ftz=true``, CuPy's header directory) and the candidate's own options: the same compiler,
+(``-arch=sm_<arch>``, ``-ftz=true``, CuPy's header directory, ``-std=c++17`` unless the candidate picks a
+standard) and the candidate's own options: the same compiler,
 the same diagnostics, a cubin for one architecture. Measured: about 0.02-0.1 s per kernel
 (``benchmarks/cuda_build_speed.py``).
 
@@ -66,7 +67,8 @@ def cupy_compile_options(arch: int, options: Sequence[str] = ()) -> tuple[str, .
 
     include = Path(cupy.__file__).parent / "_core" / "include"
     own = [o for o in options if not o.startswith(_FIXED)]
-    return (f"-arch=sm_{arch}", "-ftz=true", f"-I{include}", *own)
+    std = () if any(o.startswith(("-std", "--std")) for o in own) else ("-std=c++17",)  # CuPy 14's default
+    return (f"-arch=sm_{arch}", "-ftz=true", f"-I{include}", *std, *own)
 
 
 def nvrtc_compile(

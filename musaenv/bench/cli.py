@@ -73,7 +73,7 @@ EVAL_OPTIONS: tuple[EvalOption, ...] = (
 
 def add_eval_options(p: argparse.ArgumentParser) -> None:
     """Add ``--backend`` and every :data:`EVAL_OPTIONS` flag to ``p``."""
-    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "triton", "musa"])
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "triton", "musa", "cupy"])
     for opt in EVAL_OPTIONS:
         p.add_argument(opt.flag, **opt.kwargs)
 

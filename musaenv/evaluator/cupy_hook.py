@@ -51,7 +51,7 @@ class _Launcher:
     def _as_torch(self, a: Any) -> Any:
         return torch.from_dlpack(a) if isinstance(a, self.cupy.ndarray) else a
 
-    def __call__(self, launch: Callable[..., Any], grid: Any, block: Any, args: Sequence[Any], kw: dict[str, Any]) -> Any:
+    def __call__(self, launch: Callable[..., Any], grid: Any, block: Any, args: Sequence[Any], kw: Any) -> Any:
         with self._torch_stream():
             result = launch(grid, block, args, **kw)
         calls = self.state.calls

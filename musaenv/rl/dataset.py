@@ -96,7 +96,7 @@ def add_dataset_subparser(sub: Any) -> None:
     d.add_argument("--output", "-o", default=None, help="file to write (default musaenv_tasks.<format>)")
     d.add_argument("--tasks", default=None, help="comma-separated task ids or files (default: the built-in suite)")
     d.add_argument("--level", type=int, choices=[1, 2, 3], default=None)
-    d.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "triton", "musa"])
+    d.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "triton", "musa", "cupy"])
     d.add_argument("--repeats", type=int, default=1)
     d.add_argument("--system", default=None, help="system message before each task prompt")
     d.set_defaults(func=_cmd_dataset)

@@ -40,6 +40,41 @@ BACKEND_NOTES = {
     "musa": "Write MUSA kernels (CUDA-like kernel language) and build them with torch_musa's load_inline "
     "(musa_sources=...). Launch them on the current MUSA stream.",
     "triton": "Write Triton kernels (@triton.jit) and launch them from forward as kernel[grid](...).",
+    "cupy": """Write CUDA kernels as source strings compiled by CuPy (NVRTC): build them with
+cupy.RawModule(code=SRC) (take each kernel with module.get_function("name")) or cupy.RawKernel(SRC, "name"),
+and launch them from forward as kernel(grid, block, args) on torch CUDA tensors: pass the tensors themselves
+(contiguous; .detach() parameters) or cupy.from_dlpack(t) views, plus the sizes. Python ints arrive as long long
+and floats as double (or wrap them: cupy.int32(n), cupy.float32(v)). Declare kernels extern "C" (or list
+templates in name_expressions). Only RawModule, RawKernel, get_function, from_dlpack, asarray and the scalar types
+of CuPy may be used: no CuPy array math, cupy.linalg/fft/cuBLAS, streams, runtime or driver calls. Kernels run on
+torch's current stream. Allowed options=: -std=c++17, --use_fast_math, -D/-U macros, -lineinfo,
+-maxrregcount=N. Example:
+```python
+import cupy
+import torch
+import torch.nn as nn
+
+SRC = r\"\"\"
+extern "C" __global__ void scale(const float* x, float* y, float a, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i];
+}
+\"\"\"
+_module = cupy.RawModule(code=SRC)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = _module.get_function("scale")
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        self.scale(((n + 255) // 256,), (256,), (x, y, cupy.float32(2.0), n))
+        return y
+```""",
 }
 
 _KERNEL_RULE = {
@@ -103,7 +138,8 @@ def initial_prompt(task: Task, backend: str, tier: str, policy: str = "strict") 
         "Reference program:\n```python\n" + task.render_source(shapes[0]).rstrip() + "\n```",
         rules(policy),
         "Answer with exactly one fenced python code block containing the complete program (imports, the "
-        "load_inline call with your kernel sources, and class ModelNew).",
+        + ("cupy.RawModule/RawKernel" if backend == "cupy" else "load_inline")
+        + " call with your kernel sources, and class ModelNew).",
     ]
     return sanitize("\n\n".join(p for p in parts if p))
 

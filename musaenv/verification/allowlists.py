@@ -196,6 +196,7 @@ TORCH_PLUMBING_FUNCS = frozenset(
         "torch.inference_mode", "torch.enable_grad", "torch.set_grad_enabled", "torch.autocast",
         "torch.cuda.device", "torch.musa.device", "torch.device", "torch.Size", "torch._assert",
         "torch.testing.assert_close", "torch.utils.cpp_extension.load_inline", "torch.Generator",
+        "torch.from_dlpack", "torch.utils.dlpack.from_dlpack",  # zero-copy views (of CuPy arrays)
     }
 )  # fmt: skip
 #: Torch functions allowed in reachable code that return non-tensors (flags, sizes, streams, devices).

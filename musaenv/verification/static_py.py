@@ -271,7 +271,8 @@ def analyze_candidate(
     Args:
         source: The candidate's Python source (defines ``class ModelNew``).
         policy: ``strict``, ``kernelbench``, ``permissive`` or ``off`` (see the module docstring).
-        backend: ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy``; a mismatch between it and the kernels is a warning.
+        backend: ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy``; a mismatch between it and the kernels is a
+            warning.
         preprocess: Expand C/C++ macros with ``g++ -E`` before scanning extension sources.
 
     Returns:
