@@ -5,10 +5,10 @@ Shared by the static tests (run anywhere), the CPU compile-only tests and the GP
 
 from __future__ import annotations
 
-_HEAD = '''import cupy
+_HEAD = """import cupy
 import torch
 import torch.nn as nn
-'''
+"""
 
 RELU_SRC = r'''
 SRC = r"""
@@ -20,7 +20,7 @@ extern "C" __global__ void relu(const float* x, float* y, long long n) {
 _module = cupy.RawModule(code=SRC, options=("--use_fast_math",))
 '''
 
-_RELU_FORWARD = '''
+_RELU_FORWARD = """
 
 class ModelNew(nn.Module):
     def __init__(self):
@@ -33,7 +33,7 @@ class ModelNew(nn.Module):
         n = x.numel()
         self.relu(((n + 255) // 256,), (256,), (x, y, n))
         return y
-'''
+"""
 
 #: A correct ReLU for ``l1_relu``: a RawModule, get_function, a launch on torch tensors.
 RELU_CUPY = _HEAD + RELU_SRC + _RELU_FORWARD
@@ -94,7 +94,7 @@ class ModelNew(nn.Module):
 MATMUL_FALLTHROUGH_CUPY = (
     _HEAD
     + RELU_SRC
-    + '''
+    + """
 
 class ModelNew(nn.Module):
     def forward(self, a, b):
@@ -102,14 +102,14 @@ class ModelNew(nn.Module):
         _module.get_function("relu")((1,), (1,), (out, out, 0))
         out.copy_(torch.from_dlpack(cupy.matmul(cupy.from_dlpack(a), cupy.from_dlpack(b))))
         return out
-'''
+"""
 )
 
 #: HACKS S11 in CuPy: the output cached by input address; the repeat of trial 1 then runs no kernel.
 CACHED_RELU_CUPY = (
     _HEAD
     + RELU_SRC
-    + '''
+    + """
 
 class ModelNew(nn.Module):
     def __init__(self):
@@ -126,14 +126,14 @@ class ModelNew(nn.Module):
         self.relu(((n + 255) // 256,), (256,), (x.contiguous(), y, n))
         self.seen[key] = y
         return y
-'''
+"""
 )
 
 #: HACKS S1 in CuPy: the kernel is built but never launched; torch does the work.
 NO_LAUNCH_CUPY = (
     _HEAD
     + RELU_SRC
-    + '''
+    + """
 
 class ModelNew(nn.Module):
     def __init__(self):
@@ -142,5 +142,5 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return torch.relu(x)
-'''
+"""
 )

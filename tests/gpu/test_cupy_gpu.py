@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("cupy", reason="needs the cupy extra")
 
-from musaenv.config import EvalConfig, TimingConfig  # noqa: E402
-from musaenv.evaluator.local import LocalEvaluator  # noqa: E402
-from musaenv.tasks.builtin import get_task  # noqa: E402
-from musaenv.types import Stage  # noqa: E402
-from tests.gpu.cupy_candidates import (  # noqa: E402
+from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator.local import LocalEvaluator
+from musaenv.tasks.builtin import get_task
+from musaenv.types import Stage
+from tests.gpu.cupy_candidates import (
     BROKEN_RELU_CUPY,
     CACHED_RELU_CUPY,
     MATMUL_FALLTHROUGH_CUPY,
