@@ -43,8 +43,10 @@ class _Launcher:
         s = torch.cuda.current_stream()
         key = (int(s.cuda_stream), int(s.device.index or 0))
         ext = self.streams.get(key)
-        if ext is None:
-            ext = self.streams[key] = self.cupy.cuda.ExternalStream(key[0], key[1])
+        if ext is None:  # CuPy 14 takes torch's stream by the CUDA stream protocol (ExternalStream is deprecated)
+            from_external = getattr(self.cupy.cuda.Stream, "from_external", None)
+            ext = from_external(s) if from_external is not None else self.cupy.cuda.ExternalStream(*key)
+            self.streams[key] = ext
         with ext:
             yield
 
@@ -52,6 +54,8 @@ class _Launcher:
         return torch.from_dlpack(a) if isinstance(a, self.cupy.ndarray) else a
 
     def __call__(self, launch: Callable[..., Any], grid: Any, block: Any, args: Sequence[Any], kw: Any) -> Any:
+        # A parameter requires grad, and torch refuses __cuda_array_interface__ then: the kernel reads its memory.
+        args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
         with self._torch_stream():
             result = launch(grid, block, args, **kw)
         calls = self.state.calls
