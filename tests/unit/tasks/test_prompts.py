@@ -33,3 +33,11 @@ def test_the_policy_is_named_in_the_prompt_and_changes_the_kernel_rule():
     assert "verification policy: strict" in strict and "No torch compute ops" in strict
     assert "verification policy: kernelbench" in kb and "may stay" in kb and "No torch compute ops" not in kb
     assert set(kb) <= OBS_CHARSET
+
+
+def test_the_cupy_format_is_stated_in_its_prompt_with_an_example():
+    p = initial_prompt(get_task("l1_relu"), "cupy", "gpu")
+    assert "cupy.RawModule(code=SRC)" in p and "get_function" in p and "kernel(grid, block, args)" in p
+    assert "no CuPy array math" in p and "cupy.RawModule/RawKernel call with your kernel sources" in p
+    assert "load_inline call" not in p and set(p) <= OBS_CHARSET
+    assert "cupy" not in initial_prompt(get_task("l1_relu"), "cuda", "gpu")
