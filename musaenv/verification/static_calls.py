@@ -91,6 +91,8 @@ def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], n
     k = f.kind
     if k == "kernel" and f.ref.endswith(".get_function"):  # a CuPy kernel taken from its module: launched next
         return Val("kernel", f"{f.ref}()")
+    if k == "kernel" and f.ref.rsplit(".", 1)[-1] in _RAW_MODULE_METHODS and _imports_cupy(fa.prog):
+        return META  # RawModule.compile() and friends launch nothing
     if k == "kernel":
         fa.emit("kernel", node, f.ref)
         return TENSOR
@@ -131,6 +133,13 @@ def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], n
     if k == "unknown":  # a callable the static view cannot name (it may be the kernel): the runtime check decides
         fa.emit("opaque", node, f"call of {ast.unparse(node.func)}")
     return UNKNOWN
+
+
+_RAW_MODULE_METHODS = frozenset({"compile", "get_global", "get_texref"})
+
+
+def _imports_cupy(prog: Program) -> bool:
+    return any(q.split(".")[0] == "cupy" for q in prog.sym.aliases.values())
 
 
 def _cupy_call(q: str) -> Val:

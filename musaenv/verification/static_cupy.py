@@ -44,10 +44,11 @@ CUPY_ROOTS = ("cupy", "cupyx", "cupy_backends")
 CUPY_KERNEL_CLASSES = frozenset({"cupy.RawModule", "cupy.RawKernel"})
 _DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
            "uint64", "bool_", "intp", "uintp", "half", "single", "double")  # fmt: skip
-#: Every CuPy name a candidate may use: the kernel classes, zero-copy views of torch tensors, scalar types.
+#: Every CuPy name a candidate may use: the kernel classes, zero-copy views of torch tensors, scalar types. Not
+#: ``cupy.ndarray`` (memory of CuPy's own pool, outside torch's allocator, which the poisoned repeat relies on).
 CUPY_OK = frozenset(
-    {"cupy", "cupy.RawModule", "cupy.RawKernel", "cupy.from_dlpack", "cupy.asarray", "cupy.ndarray",
-     "cupy.dtype", *(f"cupy.{d}" for d in _DTYPES)}
+    {"cupy", "cupy.RawModule", "cupy.RawKernel", "cupy.from_dlpack", "cupy.asarray", "cupy.dtype",
+     *(f"cupy.{d}" for d in _DTYPES)}
 )  # fmt: skip
 #: CuPy name (or prefix) -> flag; any other ``cupy.*`` name is ``library_compute``.
 CUPY_FLAGS: dict[str, str] = {

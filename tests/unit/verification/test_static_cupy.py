@@ -96,6 +96,7 @@ HOSTILE = [
         "library_compute",
     ),
     ("S1_built_never_launched", NO_LAUNCH_CUPY, "no_custom_kernel"),
+    ("S1_module_compiled_not_launched", _fwd("_m.compile()\nreturn a.clone()"), "no_custom_kernel"),
     ("S1_torch_does_the_work", _fwd(LAUNCH + "\nreturn torch.relu(y)"), "forbidden_torch_op"),
     (
         "T1_side_stream",
