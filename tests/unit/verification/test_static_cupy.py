@@ -120,6 +120,7 @@ HOSTILE = [
     ),
     ("S20_driver_api", _fwd(LAUNCH + "\nreturn y", "from cupy.cuda import driver\n"), "cuda_runtime_api"),
     ("T7_device_switch", _fwd("cupy.cuda.Device(1).use()\n" + LAUNCH + "\nreturn y"), "cuda_runtime_api"),
+    ("S8_cupy_pool_memory", _fwd(LAUNCH + "\nkeep = cupy.ndarray((4,), cupy.float32)\nreturn y"), "library_compute"),
     (
         "S20_memory_pool",
         _fwd(LAUNCH + "\ncupy.get_default_memory_pool().free_all_blocks()\nreturn y"),
