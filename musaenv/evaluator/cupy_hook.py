@@ -16,9 +16,11 @@ Installed before the candidate is imported (and before the sandbox), it replaces
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -111,8 +113,15 @@ def _compile_check(state: BuildState, obj: Any, what: str, compile_only: bool, n
         raise BuildFailedError(f"compiling CuPy {what} failed:\n{log}")
 
 
-def install_cupy_hook(state: BuildState, compile_only: bool) -> None:
-    """Replace ``cupy.RawKernel`` and ``cupy.RawModule`` for this process (see the module docstring)."""
+def install_cupy_hook(state: BuildState, compile_only: bool, workdir: str) -> None:
+    """Replace ``cupy.RawKernel`` and ``cupy.RawModule`` for this process (see the module docstring).
+
+    CuPy's kernel cache stays in memory (and its directory, were it used, in the worker's own fresh workdir): CuPy
+    fixes its default, ``~/.cupy``, when imported, which is before the sandbox moves ``HOME``, and a cache shared
+    between candidates would let one candidate's binaries stand in for another's.
+    """
+    os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
+    os.environ["CUPY_CACHE_DIR"] = str(Path(workdir) / "cupy_kernel_cache")
     import cupy
 
     from musaenv.backends.cupy_nvrtc import _nvrtc

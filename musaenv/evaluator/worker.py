@@ -229,7 +229,7 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
         from musaenv.evaluator.cupy_hook import install_cupy_hook
 
         try:
-            install_cupy_hook(state, compile_only)
+            install_cupy_hook(state, compile_only, req.workdir)
         except Exception as e:  # CuPy or NVRTC missing in the worker: the machine's problem
             _fail(chan, "infra_error", f"the cupy backend cannot load CuPy/NVRTC here: {format_exc(e)}")
             return
