@@ -95,7 +95,7 @@ class _Executor:
 def _actor_options(backend: str, resources: dict[str, float] | None) -> dict[str, Any]:
     if resources is not None:
         return {"resources": dict(resources), "num_cpus": 1}
-    if backend == "cuda":
+    if backend in ("cuda", "cupy"):
         return {"num_gpus": 1, "num_cpus": 1}
     if backend == "musa":
         return {"resources": {"MUSA": 1}, "num_cpus": 1}
