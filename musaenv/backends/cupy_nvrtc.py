@@ -6,8 +6,8 @@ its public path cannot run at all: ``RawKernel.compile()`` and ``cupy.cuda.compi
 runtime for the current device first and fail with ``cudaErrorInsufficientDriver`` before NVRTC sees the source
 (measured with cupy-cuda13x 14.2 on this GPU-less machine). NVRTC itself needs no driver, so the check calls it
 through CuPy's own binding (``cupy_backends.cuda.libs.nvrtc``) with the options CuPy's compile adds
-(``-arch=sm_<arch>``, ``-ftz=true``, CuPy's header directory, ``-std=c++17`` unless the candidate picks a
-standard) and the candidate's own options: the same compiler,
+(``-arch=sm_<arch>``, ``-ftz=true``, CuPy's header directory, the CUDA toolkit's headers when there is a
+toolkit, ``-std=c++17`` unless the candidate picks a standard) and the candidate's own options: the same compiler,
 the same diagnostics, a cubin for one architecture. Measured: about 0.02-0.1 s per kernel
 (``benchmarks/cuda_build_speed.py``).
 
@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from musaenv import _env
 from musaenv.errors import BackendUnavailableError
 
 __all__ = ["NvrtcResult", "cupy_compile_options", "nvrtc_compile"]
@@ -68,7 +69,13 @@ def cupy_compile_options(arch: int, options: Sequence[str] = ()) -> tuple[str, .
     include = Path(cupy.__file__).parent / "_core" / "include"
     own = [o for o in options if not o.startswith(_FIXED)]
     std = () if any(o.startswith(("-std", "--std")) for o in own) else ("-std=c++17",)  # CuPy 14's default
-    return (f"-arch=sm_{arch}", "-ftz=true", f"-I{include}", *std, *own)
+    # The toolkit's headers (cuda_fp16.h, ...), which CuPy adds from its CUDA path too; NVRTC has none built in.
+    home = _env.cuda_home()
+    toolkit = (f"-I{home / 'include'}",) if home is not None and (home / "include").is_dir() else ()
+    # CuPy 14 bundles CCCL (its complex.cuh uses Thrust's headers) and puts it first on the include path.
+    bundled = include / "cupy" / "_cccl"
+    cccl = tuple(f"-I{bundled / sub}" for sub in ("libcudacxx", "thrust", "cub") if (bundled / sub).is_dir())
+    return (f"-arch=sm_{arch}", "-ftz=true", *cccl, f"-I{include}", *toolkit, *std, *own)
 
 
 def nvrtc_compile(

@@ -38,3 +38,15 @@ def test_template_instantiations_are_compiled_by_name_expression():
 def test_the_candidate_cannot_change_the_architecture_or_includes():
     r = nvrtc_compile(ADD, arch=90, options=["-arch=sm_50", "-I/etc", "--use_fast_math"])
     assert r.ok and "-arch=sm_50" not in r.options and "-I/etc" not in r.options and "--use_fast_math" in r.options
+
+
+def test_cupys_own_and_the_toolkits_headers_are_found_as_cupy_finds_them():
+    from musaenv import _env
+
+    if _env.cuda_home() is None:
+        pytest.skip("the toolkit's headers (cuda_fp16.h) come from a CUDA toolkit; none here")
+    src = """#include <cuda_fp16.h>
+#include <cupy/complex.cuh>
+extern "C" __global__ void k(__half* x, complex<float>* z) { x[0] = __float2half(1.f); z[0] = z[0] * z[0]; }"""
+    r = nvrtc_compile(src)
+    assert r.ok, r.log
