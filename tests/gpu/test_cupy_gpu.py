@@ -59,12 +59,19 @@ def test_a_cupy_kernel_that_does_not_compile_is_a_compile_error(cupy_evaluator):
     ("task_id", "source", "flags"),
     [
         ("l1_matmul", MATMUL_FALLTHROUGH_CUPY, {"library_compute"}),
-        ("l1_relu", CACHED_RELU_CUPY, {"no_kernel_call", "output_independent_of_input", "nondeterministic"}),
         ("l1_relu", NO_LAUNCH_CUPY, {"no_custom_kernel", "forbidden_torch_op"}),
     ],
-    ids=["cupy_matmul_fall_through", "cached_output", "never_launched"],
+    ids=["cupy_matmul_fall_through", "never_launched"],
 )
 def test_hostile_cupy_candidates_are_not_rewarded(cupy_evaluator, task_id, source, flags):
     r = cupy_evaluator.evaluate(get_task(task_id), source, seed=3)
     assert r.stage is Stage.CHEATING, r.to_dict()
     assert flags & set(r.flags), r.flags
+
+
+def test_an_output_cached_by_address_is_not_rewarded(cupy_evaluator):
+    """The repeat of trial 1 (same input) launches nothing; a reused address before it returns a stale output."""
+    r = cupy_evaluator.evaluate(get_task("l1_relu"), CACHED_RELU_CUPY, seed=4)
+    assert r.stage in (Stage.CHEATING, Stage.INCORRECT), r.to_dict()
+    if r.stage is Stage.CHEATING:
+        assert {"no_kernel_call", "output_independent_of_input", "nondeterministic"} & set(r.flags), r.flags
