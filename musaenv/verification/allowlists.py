@@ -9,6 +9,8 @@ Decisions documented here:
 * Imports outside :data:`ALLOWED_IMPORTS` are ``banned_import`` errors: a candidate only needs torch, Triton and a
   few harmless standard modules, and any other library is either a way around the kernel (scipy, jax, cupy) or a
   way out of the sandbox. Modules with a specific risk get that risk's flag instead (``ctypes`` is ``dynamic_code``).
+  The CuPy candidate format (backend ``cupy``) may import CuPy, limited to its kernel surface
+  (:mod:`musaenv.verification.static_cupy`).
 * ``numpy`` may be imported, but numpy calls reachable from ``forward`` count as library compute.
 * ``functools.lru_cache``/``cache`` on a reachable function that takes arguments is ``output_cache`` (S11); on a
   zero-argument function (the usual lazy extension loader) it is fine.
