@@ -30,17 +30,17 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from musaenv.evaluator import messages
+from musaenv.evaluator import messages, tempdirs
 
 __all__ = ["ForkServer", "ForkServerError", "acquire", "release", "tie_to_parent"]
 
@@ -255,7 +255,7 @@ class ForkServer:
     ) -> None:
         self._lock = threading.Lock()
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._logdir = Path(tempfile.mkdtemp(prefix="musaenv-forkserver-"))
+        self._logdir = tempdirs.make("forkserver")
         self._log = open(self._logdir / "server.log", "wb")  # noqa: SIM115 - closed in close()
         server_cmd = [sys.executable, "-m", "musaenv.evaluator.forkserver", "--fd", str(theirs.fileno())]
         try:
@@ -351,9 +351,7 @@ class ForkServer:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
-        with contextlib.suppress(OSError):
-            (self._logdir / "server.log").unlink()
-            self._logdir.rmdir()
+        shutil.rmtree(self._logdir, ignore_errors=True)
 
 
 _SHARED: dict[str, tuple[ForkServer, int]] = {}

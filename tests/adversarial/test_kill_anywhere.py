@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -18,6 +19,7 @@ import pytest
 
 from musaenv.backends.warmup import background_tree
 from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator import tempdirs
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.evaluator.proctree import descendants
 from musaenv.tasks.builtin import get_task, solution_source
@@ -131,9 +133,31 @@ def _run_with_killer(
     return r.stage, killer.killed
 
 
-def _then_clean_and_right(e: LocalEvaluator, code: str) -> None:
+def _our_dirs(root: Path | None = None) -> set[Path]:
+    """Worker and fork-server directories under ``root`` (the temp dir) that name this process as owner."""
+    root = root or Path(tempfile.gettempdir())
+    mine = f"{os.getpid()} "
+    out = set()
+    for d in root.glob("musaenv-*"):
+        try:
+            if (d / tempdirs.OWNER_FILE).read_text().startswith(mine):
+                out.add(d)
+        except OSError:
+            continue
+    return out
+
+
+def _known_dirs(e: LocalEvaluator) -> set[Path]:
+    ref = getattr(e._reference, "_worker", None)
+    return {w.workdir for w in (e._spare, ref) if w is not None}
+
+
+def _then_clean_and_right(e: LocalEvaluator, code: str, dirs_before: set[Path] | None = None) -> None:
     stray = _settles(lambda: [p for p in descendants(os.getpid()) if p not in _known(e) | background_tree()])
     assert not stray, [(p, _cmdline(p)) for p in stray]
+    if dirs_before is not None:  # the killed worker's directory went with it; only standing workers' remain
+        left = _our_dirs() - dirs_before - _known_dirs(e)
+        assert not left, left
     again = e.evaluate(get_task(TASK), code, seed=3)
     assert again.stage is Stage.CORRECT, again.to_dict()
 
@@ -154,10 +178,11 @@ def test_kill_candidate_worker(ev: LocalEvaluator, after_s: float) -> None:
         kids = [p for p in descendants(server)] if server > 0 else []
         return [p for p in kids if p not in _known(ev)]
 
+    before = _our_dirs() - _known_dirs(ev)  # the standing workers' directories must go if they are killed
     stage, _ = _run_with_killer(ev, solution_source(TASK, "cpu"), active, after_s)
     # a worker that dies under a candidate is that candidate's runtime error (it could have killed itself)
     assert stage in (Stage.CORRECT, Stage.RUNTIME_ERROR, Stage.INFRA_ERROR), stage
-    _then_clean_and_right(ev, solution_source(TASK, "cpu"))
+    _then_clean_and_right(ev, solution_source(TASK, "cpu"), before)
 
 
 @pytest.mark.parametrize("after_s", [0.0, 0.5])  # before its run, and (on a warm cache) during it
@@ -166,9 +191,10 @@ def test_kill_reference_worker(ev: LocalEvaluator, after_s: float) -> None:
         w = getattr(ev._reference, "_worker", None)
         return [w.pid] if w is not None and _alive(w.pid) else []
 
+    before = _our_dirs() - _known_dirs(ev)  # the standing workers' directories must go if they are killed
     stage, _ = _run_with_killer(ev, solution_source(TASK, "cpu"), ref, after_s)
     assert stage in (Stage.CORRECT, Stage.INFRA_ERROR), stage  # the reference is retried once on a fresh worker
-    _then_clean_and_right(ev, solution_source(TASK, "cpu"))
+    _then_clean_and_right(ev, solution_source(TASK, "cpu"), before)
 
 
 @pytest.mark.parametrize("after_s", [0.3])
@@ -193,11 +219,14 @@ class ModelNew(torch.nn.Module):
 
 @pytest.mark.parametrize(("moment", "candidate"), [("build", "unique"), ("run", "busy")])
 def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
-    """SIGKILL the CLI mid-build or mid-run: its builder, compilers, fork server and workers are all gone soon."""
+    """SIGKILL the CLI mid-build or mid-run: its builder, compilers, fork server and workers are all gone soon, and
+    the next musaenv process's sweep removes the temporary directories the dead CLI could not."""
     tag = f"MUSAENV_KILL_TEST={uuid.uuid4().hex}"
     path = tmp_path / "cand.py"
     path.write_text(_unique_relu() if candidate == "unique" else _BUSY)
-    env = {**os.environ, tag.split("=")[0]: tag.split("=")[1]}
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, tag.split("=")[0]: tag.split("=")[1], "TMPDIR": str(tmp)}
     cmd = [sys.executable, "-m", "musaenv.cli", "eval", "--task", TASK, "--candidate", str(path), "--policy", "off"]
     proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
@@ -219,6 +248,12 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
     for p in left:  # a failing test leaves nothing running either
         os.kill(p, signal.SIGKILL)
     assert not left, described
+    orphaned = sorted(d.name for d in tmp.glob("musaenv-*"))
+    assert any(n.startswith("musaenv-forkserver-") for n in orphaned), orphaned  # the dead CLI's, still there
+    swept = subprocess.run([sys.executable, "-c", "from musaenv.evaluator import tempdirs; tempdirs.sweep()"],
+                           env=env, cwd=Path(__file__).resolve().parents[2], check=True, timeout=60)  # fmt: skip
+    assert swept.returncode == 0
+    assert not list(tmp.glob("musaenv-*")), sorted(d.name for d in tmp.glob("musaenv-*"))
 
 
 def _busy_worker(pid: int) -> bool:
