@@ -331,6 +331,11 @@ class LocalEvaluator:
         )  # fmt: skip
         extra = {**result.extra, "triton_aot": {**check.to_dict(), "log": check.log[-self.config.log_chars :]}}
         compile_s = (result.compile_time_s or 0.0) + check.seconds
+        if check.infra_error:  # the host stalled the check: retried, never the candidate's verdict
+            return result.replace(
+                stage=Stage.INFRA_ERROR, extra=extra, compile_time_s=compile_s,
+                messages=(*result.messages, f"GPU compile check: {check.infra_error}"),
+            )  # fmt: skip
         if check.inconclusive:
             return result.replace(
                 extra=extra,

@@ -319,3 +319,54 @@ def test_interrupt_stops_within_seconds(tmp_path: Path, how: str, sig: int, rc: 
     assert not left, described
     assert proc.returncode == rc if how == "cli" else proc.returncode != 0, (proc.returncode, err[-2000:])
     assert stopped_s < 15, stopped_s
+
+
+_SLOW = """
+import time
+import torch
+_first = []
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        _first.append(_first[0] if _first else time.monotonic())
+        if time.monotonic() - _first[0] < 1.5:  # slow trials (a window to stop it in), then a plain timing
+            time.sleep(0.2)
+        return torch.relu(x)
+"""
+
+
+def test_stopped_worker_is_infra_error(ev: LocalEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stopped from outside (SIGSTOP: its CPU and own time stop, wall time goes on) ends at the wall-clock
+    backstop as the host's infra_error, never as the candidate's timeout; a retry on a fresh worker is right."""
+    from musaenv.evaluator import limits
+
+    monkeypatch.setattr(limits, "BACKSTOP_FACTOR", 1.0)
+    monkeypatch.setattr(limits, "BACKSTOP_EXTRA_S", 2.0)
+    cfg = EvalConfig(num_trials=2, static_policy="off", runtime_checks=False, run_timeout_s=2.0, timing_timeout_s=2.0,
+                     timing=TimingConfig(warmup=1, repeats=2, max_time_s=0.3))  # fmt: skip
+    with LocalEvaluator("cpu", cfg) as e:
+        assert e.evaluate(get_task(TASK), _SLOW, seed=1).stage is Stage.CORRECT
+        stopped: list[int] = []
+
+        def stop_active() -> None:
+            server = e._server.proc.pid if e._server is not None else -1
+            deadline = time.monotonic() + 30
+            while not stopped and time.monotonic() < deadline:
+                active = [p for p in descendants(server) if p not in _known(e)]
+                if active:
+                    time.sleep(0.6)  # into its trials (each call sleeps 0.2 s)
+                    os.kill(active[0], signal.SIGSTOP)
+                    stopped.append(active[0])
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=stop_active, daemon=True)
+        thread.start()
+        t0 = time.monotonic()
+        r = e.evaluate(get_task(TASK), _SLOW, seed=2)
+        took = time.monotonic() - t0
+        thread.join(timeout=5)
+        assert stopped, "no worker was stopped"
+        assert r.stage is Stage.INFRA_ERROR, r.to_dict()
+        assert "backstop" in " ".join(r.messages) + r.runtime_log, r.to_dict()
+        assert took < 30, took
+        assert not _settles(lambda: [p for p in stopped if _alive(p)])  # the stopped worker was killed
+        assert e.evaluate(get_task(TASK), _SLOW, seed=3).stage is Stage.CORRECT
