@@ -112,8 +112,8 @@ class LocalEvaluator:
 
     def _take_worker(self) -> WorkerProcess:
         worker = self._spare or self._new_worker()
-        if self._spare is not None and not worker.wait_ready(WORKER_START_TIMEOUT_S):
-            worker.close()  # the spare died while waiting (killed, or its fork server was): one fresh try
+        if self._spare is not None and (not worker.wait_ready(WORKER_START_TIMEOUT_S) or worker.poll() is not None):
+            worker.close()  # the spare died while waiting (killed, or with its fork server): one fresh try
             worker = self._new_worker()
         self._spare = None
         if not worker.wait_ready(WORKER_START_TIMEOUT_S):

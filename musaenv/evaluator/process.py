@@ -97,6 +97,11 @@ class WorkerProcess:
         """True when the worker came from a fork server."""
         return self._server is not None
 
+    @property
+    def server_died(self) -> bool:
+        """True when the worker's fork server has ended (a forked worker dies with it: ``PR_SET_PDEATHSIG``)."""
+        return self._server is not None and self._server.proc.poll() is not None
+
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal), or ``None`` while it runs (or when unknowable)."""
         if self.proc is not None:

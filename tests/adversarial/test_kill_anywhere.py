@@ -217,7 +217,7 @@ class ModelNew(torch.nn.Module):
 """
 
 
-@pytest.mark.parametrize(("moment", "candidate"), [("build", "unique"), ("run", "busy")])
+@pytest.mark.parametrize(("moment", "candidate"), [("build", "unique"), ("run", "busy"), ("run+server", "busy")])
 def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
     """SIGKILL the CLI mid-build or mid-run: its builder, compilers, fork server and workers are all gone soon, and
     the next musaenv process's sweep removes the temporary directories the dead CLI could not."""
@@ -235,12 +235,17 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
         procs = [_cmdline(p) for p in _tagged(tag)]
         if moment == "build":
             return any("musaenv.backends.builder" in c for c in procs)
+        # "run", "run+server": the candidate spins in a forked worker
         return any(_busy_worker(p) for p in _tagged(tag) if p != proc.pid)
 
     deadline = time.monotonic() + 240
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "the evaluation ended before the moment to kill it"
+    if moment == "run+server":  # as Ray kills a dead actor's children: the server goes first, it cannot clean up
+        servers = [p for p in _tagged(tag) if "musaenv.evaluator.forkserver" in _cmdline(p) and not _is_fork(p)]
+        for p in servers:  # found first: once a server is gone its orphaned workers no longer look forked
+            os.kill(p, signal.SIGKILL)
     proc.kill()
     proc.wait()
     left = _settles(lambda: _tagged(tag))
