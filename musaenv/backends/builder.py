@@ -15,6 +15,7 @@ The parent enforces the timeout and kills this process's whole session when it i
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import json
 import logging
@@ -37,6 +38,11 @@ def _fast(spec: dict[str, Any], tmp: Path) -> dict[str, object] | None:
         from musaenv.backends.fastbuild import fast_build
 
         res = fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), spec.get("build_mode", "fast"))
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # torch's path cannot write either: say so now, not minutes later
+            return {"ok": False, "log": f"the fast build could not write its files: {e}", "tier": "fast"}
+        log.warning("fast build failed, using load_inline:\n%s", traceback.format_exc())
+        return None
     except Exception:  # a harness bug must not cost the candidate its build: torch's path still works
         log.warning("fast build failed, using load_inline:\n%s", traceback.format_exc())
         return None

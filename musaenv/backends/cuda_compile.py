@@ -50,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 # load_inline's implicit headers for cuda_sources (torch/utils/cpp_extension.py, every torch >= 2.4).
 _CUDA_PRELUDE = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
+_POLL_S = 0.25  # how often a running step's CPU seconds are read
 _EXTENSION_NAME = "musaenv_compile_check"  # the module's name: PyInit_musaenv_compile_check must be defined
 _ARCH_FLAG = re.compile(r"-arch(=|$)|--gpu-architecture|-gencode|--generate-code|-code(=|$)|--gpu-code")
 # Headers a CUDA build of torch or a full CUDA toolkit has and this machine may lack: failing on one of
@@ -102,6 +103,8 @@ class _Step:
     timed_out: bool = False
     output: str = ""
     stopped: str = ""  # why it was killed after another step failed
+    cpu_limit_s: float = float("inf")  # CPU seconds of the step's tree; the deadline is then the wall backstop
+    host_stalled: bool = False  # the wall backstop ended it while it used less than its CPU seconds
 
     def record(self) -> dict[str, Any]:
         return {
@@ -222,20 +225,45 @@ def _start(step: _Step, build: Path) -> None:
     )
 
 
+def _over_cpu(step: _Step) -> bool:
+    """True (and the step killed, as timed out) once its process tree used more than its CPU seconds."""
+    from musaenv.evaluator.limits import tree_cpu_seconds
+
+    if (
+        step.proc is None
+        or step.cpu_limit_s == float("inf")
+        or (tree_cpu_seconds(step.proc.pid) or 0.0) <= step.cpu_limit_s
+    ):
+        return False
+    step.timed_out = True
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(step.proc.pid, signal.SIGKILL)
+    return True
+
+
 def _finish(step: _Step, build: Path, deadline: float) -> None:
     assert step.proc is not None and step.out is not None
-    try:
-        step.returncode = step.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        step.timed_out = True
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(step.proc.pid, signal.SIGKILL)
-        step.proc.wait()
+    while step.proc.poll() is None and not step.timed_out:
+        try:
+            step.returncode = step.proc.wait(timeout=min(_POLL_S, max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if _over_cpu(step):
+                break
+            if time.monotonic() >= deadline:
+                step.timed_out = True
+                step.host_stalled = step.cpu_limit_s != float("inf")  # wall time only: the host's, not the step's
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(step.proc.pid, signal.SIGKILL)
+    step.returncode = step.proc.wait() if not step.timed_out else None
     step.seconds = time.monotonic() - step.started
     step.out.close()
     step.output = (build / f"{step.name}.log").read_text(encoding="utf-8", errors="replace")
-    if step.timed_out:
-        step.output += f"\n[musaenv] {step.name} step killed after {step.seconds:.1f} s (timeout)\n"
+    if step.host_stalled:
+        step.output += (f"\n[musaenv] {step.name} step killed at the {step.seconds:.0f} s wall-clock backstop using "
+                        f"less than its {step.cpu_limit_s:.0f} CPU seconds: the host was too slow\n")  # fmt: skip
+    elif step.timed_out:
+        limit = f"{step.cpu_limit_s:.0f} CPU seconds" if step.cpu_limit_s != float("inf") else "its time limit"
+        step.output += f"\n[musaenv] {step.name} step killed after {step.seconds:.1f} s (timeout: {limit})\n"
     elif step.stopped:
         step.output += f"\n[musaenv] {step.name} step {step.stopped} (its own verdict cannot change the outcome)\n"
 
@@ -245,12 +273,16 @@ def _stop_on_first_failure(steps: list[_Step], deadline: float) -> None:
 
     A compile error is then as cheap as its own step: a kernel error does not wait the ~60 s of the C++ step.
     """
+    next_cpu_check = time.monotonic() + _POLL_S
     while time.monotonic() < deadline:
         codes = [s.proc.poll() if s.proc is not None else 0 for s in steps]
         failed = [s for s, rc in zip(steps, codes) if rc not in (None, 0)]
+        if not failed and time.monotonic() >= next_cpu_check:  # reading a tree's CPU seconds walks /proc
+            failed = [s for s, rc in zip(steps, codes) if rc is None and _over_cpu(s)]
+            next_cpu_check = time.monotonic() + _POLL_S
         if failed:
             for s, rc in zip(steps, codes):
-                if rc is None and s.proc is not None:
+                if rc is None and s.proc is not None and s not in failed:
                     s.stopped = f"stopped: the {failed[0].name} step failed first"
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(s.proc.pid, signal.SIGKILL)
@@ -288,7 +320,11 @@ def _compose_log(steps: list[_Step], passed: set[str]) -> str:
 
 
 def _inconclusive(steps: list[_Step], cuda_home: Path) -> str | None:
-    """Reason when every failure is a header missing from this machine's CUDA toolkit."""
+    """Reason when every failure is a header missing from this machine's CUDA toolkit, or the host stalled a step
+    (its wall-clock backstop ran out while it used less than its CPU seconds)."""
+    stalled = [s.name for s in steps if s.host_stalled]
+    if stalled:
+        return f"the host was too slow: {stalled} ran past the wall-clock backstop within their CPU seconds"
     failed = [s for s in steps if s.returncode != 0 and not s.stopped]  # a stopped step did not fail by itself
     missing: list[str] = []
     for s in failed:
@@ -324,7 +360,9 @@ def cuda_compile_check(
         extra_cuda_cflags: nvcc flags; ``-arch``/``-gencode`` flags are replaced by ``-arch={arch}``.
         extra_cflags: C++ compiler flags.
         extra_include_paths: Extra ``-I`` directories.
-        timeout_s: Wall-clock budget for the whole check; steps still running are killed.
+        timeout_s: CPU seconds each step's process tree may use (past it: killed, a timed-out failure); the whole
+            check also has the wall-clock backstop :func:`musaenv.evaluator.limits.backstop_s` of it (past it the
+            check is ``inconclusive``, the host's fault).
         arch: The one GPU architecture nvcc compiles device code for.
         with_pytorch_error_handling: As ``load_inline``'s (wraps bound functions in ``wrap_pybind_function``).
         extra_ldflags: Linker flags, placed where torch places them; a ``-l`` of a CUDA library this machine lacks
@@ -342,8 +380,10 @@ def cuda_compile_check(
         raise BackendUnavailableError("no CUDA toolkit: set CUDA_HOME to a directory with bin/nvcc")
     cpp, cuda = _as_list(cpp_sources), _as_list(cuda_sources)
     module_def = _module_def(functions, with_pytorch_error_handling)
+    from musaenv.evaluator.limits import backstop_s
+
     started = time.monotonic()
-    deadline = started + timeout_s
+    deadline = started + backstop_s(timeout_s)  # the steps count CPU seconds (cpu_limit_s); this is the backstop
     build = Path(tempfile.mkdtemp(prefix="musaenv-cc-"))
     try:
         (build / "main.cpp").write_text("\n".join(["#include <torch/extension.h>", *cpp, *module_def]))
@@ -351,6 +391,8 @@ def cuda_compile_check(
             (build / "cuda.cu").write_text("\n".join([*_CUDA_PRELUDE, *cuda]))
         has_cpp = any(s.strip() for s in cpp) or bool(module_def)  # else main.cpp is one torch header: no symbols
         steps = _commands(has_cpp, bool(cuda), cuda_home, arch, extra_cuda_cflags, extra_cflags, extra_include_paths)
+        for step in steps:
+            step.cpu_limit_s = timeout_s
         _run(steps, build, deadline)
         passed = {s.name for s in steps if s.returncode == 0}
         if steps and len(passed) == len(steps):

@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import functools
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -58,6 +60,7 @@ __all__ = ["FastResult", "fast_build", "linking_with", "split_overlay"]
 log = logging.getLogger(__name__)
 
 # Sources that may need Python or pybind11 declarations keep the full torch/extension.h (tier ``pch``).
+_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device", as the compilers print it
 _NEEDS_PYTHON = re.compile(
     r"pybind11|PYBIND11|\bpy::|Python\.h|torch/python\.h|\bPy[A-Z_]\w*|\b_object\b|\bTHP\w*|torch::python"
     r"|wrap_pybind_function|HANDLE_TH_ERRORS"
@@ -305,7 +308,7 @@ def _split_tier(
         store.check_used("split", flags, out)
     if rc != 0:
         names = functools.partial(_extension_names, flags, cache, tmp)
-        if _final_error(out, source.count("\n") + 1, names):
+        if _final_error(out, source.count("\n") + 1, names) or _DISK_FULL in out:  # a full disk fails every tier
             steps.append({"step": "verdict_from_split"})
             module_job.wait()
             return FastResult(False, _error_log(name, cmd, out), "split", steps)

@@ -58,6 +58,8 @@ class TritonAotCheck:
             ``num_warps``, ``num_stages``, ``shared_bytes``, ``registers``, ``ptx_chars``, ``seconds``.
         inconclusive: Why the candidate could not be checked (e.g. its forward needs tensor values);
             ``None`` when the verdict is meaningful.
+        infra_error: Why the host, not the candidate, ended the check (its wall-clock backstop ran out while the
+            child used less than its CPU seconds); ``None`` otherwise. The evaluation is then ``infra_error``.
     """
 
     ok: bool
@@ -65,6 +67,7 @@ class TritonAotCheck:
     seconds: float
     kernels: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     inconclusive: str | None = None
+    infra_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form."""
@@ -74,6 +77,7 @@ class TritonAotCheck:
             "seconds": self.seconds,
             "kernels": [dict(k) for k in self.kernels],
             "inconclusive": self.inconclusive,
+            "infra_error": self.infra_error,
         }
 
 
@@ -87,15 +91,17 @@ def triton_aot_check(
 ) -> TritonAotCheck:
     """Compile every Triton kernel that ``ModelNew.forward`` launches, for ``sm_{arch}``, without a GPU.
 
-    The candidate's code runs in a child process (its own session, killed at ``timeout_s``). A bad candidate
-    is a failed check, never an exception.
+    The candidate's code runs in a child process (its own session), killed when its process tree has used
+    ``timeout_s`` CPU seconds (a failed check) or at the wall-clock backstop
+    (:func:`musaenv.evaluator.limits.backstop_s`; :attr:`TritonAotCheck.infra_error`). A bad candidate is a failed
+    check, never an exception.
 
     Args:
         task_source: The KernelBench-format reference program (gives ``get_inputs``/``get_init_inputs``).
         candidate_source: The candidate module (defines ``ModelNew`` and its ``@triton.jit`` kernels).
         shape: Overrides of the task's size globals (e.g. a built-in task's first ``gpu`` shape).
         arch: Compute capability to compile for (90 = Hopper).
-        timeout_s: Wall-clock limit of the child.
+        timeout_s: CPU-second limit of the child's process tree.
 
     Returns:
         A :class:`TritonAotCheck`.
@@ -106,11 +112,17 @@ def triton_aot_check(
         request = {"task_source": task_source, "shape": shape or {}, "arch": int(arch)}
         (work / "request.json").write_text(json.dumps(request))
         (work / "candidate.py").write_text(candidate_source)
-        rc, timed_out, output = _run_child(work, timeout_s)
+        rc, over, output = _run_child(work, timeout_s)
         result = _read_json(work / "result.json")
     seconds = round(time.monotonic() - start, 3)
-    if timed_out:
-        return TritonAotCheck(False, f"compile check killed after {timeout_s:.0f} s\n{output}", seconds)
+    if over == "cpu":
+        return TritonAotCheck(False, f"compile check killed after {timeout_s:.0f} CPU seconds\n{output}", seconds)
+    if over == "backstop":
+        from musaenv.evaluator.limits import backstop_s
+
+        why = (f"the compile check ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than "
+               f"its {timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)")  # fmt: skip
+        return TritonAotCheck(False, f"{why}\n{output}", seconds, infra_error=why)
     if not result:
         return TritonAotCheck(
             False,
@@ -127,7 +139,9 @@ def triton_aot_check(
     )
 
 
-def _run_child(work: Path, timeout_s: float) -> tuple[int, bool, str]:
+def _run_child(work: Path, timeout_s: float) -> tuple[int, str | None, str]:
+    """Run the check's child; returns its exit code, which limit ended it (``cpu``, ``backstop``, None), its log."""
+    from musaenv.evaluator.limits import watch_process
     from musaenv.evaluator.proctree import kill_tree
 
     env = _env.child_env(threads=1)
@@ -144,13 +158,14 @@ def _run_child(work: Path, timeout_s: float) -> tuple[int, bool, str]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        try:
-            rc, timed_out = proc.wait(timeout=timeout_s), False
-        except subprocess.TimeoutExpired:
-            kill_tree(proc.pid)
-            rc, timed_out = proc.wait(), True
+        try:  # CPU seconds of the child's tree, not wall time: a busy host does not fail the candidate
+            over = watch_process(proc, timeout_s)
+        finally:  # also on KeyboardInterrupt: no check outlives its request
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait()
     text = (work / "child.log").read_text(errors="replace")
-    return rc, timed_out, text[-_LOG_CHARS:]
+    return proc.returncode, over, text[-_LOG_CHARS:]
 
 
 def _read_json(path: Path) -> dict[str, Any]:

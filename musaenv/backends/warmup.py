@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -140,7 +141,16 @@ def start_background(wanted: Sequence[str], spec: dict[str, Any]) -> None:
             return
         _BG_SEEN.add(key)
         log.info("building precompiled headers %s for %s in the background", wanted, items[0]["extra_cflags"])
-        _BG_PROCS.append(_spawn(items, 1800.0, background=True)[0])
+        proc, tmp = _spawn(items, 1800.0, background=True)
+        _BG_PROCS.append(proc)
+        # Reaped as soon as it ends (else a zombie child until the next background build, which may never come),
+        # and its spec directory removed with it.
+        threading.Thread(target=_reap, args=(proc, tmp), name="musaenv-bg-warmup", daemon=True).start()
+
+
+def _reap(proc: subprocess.Popen[bytes], tmp: Path) -> None:
+    proc.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _cmd_warmup(args: Any) -> int:

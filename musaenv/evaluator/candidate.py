@@ -241,6 +241,8 @@ def _drive(
             desc = worker.exit_description()
             tail = worker.log_tail()
             stage = "infra_error" if phase == "start" else "runtime_error"  # "start": before the candidate's code
+            if worker.server_died:  # it died with its fork server (killed from outside): a harness part, retried
+                stage, desc = "infra_error", f"{desc} (its fork server had ended)"
             run.failure = (stage, f"{desc} during the {phase} stage" + (f"\n{tail}" if tail else ""))
             return run
         except (ProtocolError, KeyError, TypeError, ValueError) as e:

@@ -30,17 +30,17 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from musaenv.evaluator import messages
+from musaenv.evaluator import messages, tempdirs
 
 __all__ = ["ForkServer", "ForkServerError", "acquire", "release", "tie_to_parent"]
 
@@ -81,11 +81,15 @@ def tie_to_parent(parent_pid: int) -> None:
         os._exit(70)
 
 
-def _child(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> int:
+def _child(sock: socket.socket, req: dict[str, Any], fds: list[int], server_pid: int) -> int:
     """In the forked child: become a worker on the received descriptors. Returns the exit code."""
     rfd, wfd, logfd = fds
     sock.close()
     os.setsid()
+    # Killed with the server: when the client dies, the server kills its workers, but a server killed at the same
+    # moment (Ray kills a dead actor's children) would leave them orphaned, a busy candidate spinning on for good.
+    # The client reports a worker lost with its server as infra_error (musaenv.evaluator.candidate).
+    tie_to_parent(server_pid)
     os.dup2(logfd, 1)
     os.dup2(logfd, 2)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -115,11 +119,12 @@ def _spawn(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str
         return {"error": f"spawn needs 3 descriptors and a role, got {len(fds)} and {req.get('role')!r}"}
     sys.stdout.flush()
     sys.stderr.flush()
+    server_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            code = _child(sock, req, fds)
+            code = _child(sock, req, fds, server_pid)
         except BaseException:  # report in the worker's log; the parent sees the exit code
             import traceback
 
@@ -165,7 +170,7 @@ def _kill_children(pids: set[int]) -> None:
 
 def serve_requests(sock: socket.socket) -> None:
     """Answer spawn / returncode / release requests until the client closes the socket; then kill every worker
-    not yet released (a killed evaluator takes its workers along, while a killed server leaves them running)."""
+    not yet released (a killed evaluator takes its workers along; a killed server too, by their death signal)."""
     released: set[int] = set()
     spawned: set[int] = set()
     try:
@@ -255,7 +260,7 @@ class ForkServer:
     ) -> None:
         self._lock = threading.Lock()
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._logdir = Path(tempfile.mkdtemp(prefix="musaenv-forkserver-"))
+        self._logdir = tempdirs.make("forkserver")
         self._log = open(self._logdir / "server.log", "wb")  # noqa: SIM115 - closed in close()
         server_cmd = [sys.executable, "-m", "musaenv.evaluator.forkserver", "--fd", str(theirs.fileno())]
         try:
@@ -351,9 +356,7 @@ class ForkServer:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
-        with contextlib.suppress(OSError):
-            (self._logdir / "server.log").unlink()
-            self._logdir.rmdir()
+        shutil.rmtree(self._logdir, ignore_errors=True)
 
 
 _SHARED: dict[str, tuple[ForkServer, int]] = {}

@@ -9,7 +9,9 @@ count only what the candidate's own process tree did:
 * **Own time** of a worker (:class:`StageClock`): wall time minus the time its threads sat runnable on a run queue
   waiting for a CPU (``run_delay`` of ``/proc/<pid>/task/<tid>/schedstat``). What is left is time it ran or chose
   to wait (``sleep``, a blocking call), which is the candidate's; a busy host only adds run-queue delay. Without
-  schedstat (kernels without ``CONFIG_SCHED_INFO``) own time is the wall time, as before.
+  schedstat (kernels without ``CONFIG_SCHED_INFO``) own time is the wall time, as before. Time the worker spent
+  *stopped* (``SIGSTOP`` from outside, a debugger, a frozen cgroup: state ``T``/``t``) is not on a run queue either
+  and is not its own: it is left out too, so a stalled worker reaches only the backstop.
 
 Each limit has a generous wall-clock **backstop** (:func:`backstop_s`). When only the backstop fires, the host (not
 the candidate) was too slow: the verdict is ``infra_error`` (retried by the pools, never scored), not a
@@ -33,6 +35,7 @@ __all__ = [
     "StageClock",
     "backstop_s",
     "has_schedstat",
+    "is_stopped",
     "run_delay_s",
     "tree_cpu_seconds",
     "watch_process",
@@ -89,6 +92,15 @@ def _thread_delays(pid: int) -> dict[str, float]:
     return out
 
 
+def is_stopped(pid: int) -> bool:
+    """True while ``pid`` is stopped (``SIGSTOP``/``SIGTSTP``, or a tracing stop)."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2 : text.rindex(")") + 3] in ("T", "t")
+
+
 def run_delay_s(pid: int) -> float:
     """The longest time any thread of ``pid`` has waited on a run queue (seconds; 0 without schedstat)."""
     return max(_thread_delays(pid).values(), default=0.0)
@@ -109,6 +121,8 @@ class StageClock:
     _cpu0: float = 0.0
     _delay0: dict[str, float] = field(default_factory=dict)
     _excluded_s: float = 0.0
+    _stopped_s: float = 0.0
+    _sampled: float = 0.0
 
     def __post_init__(self) -> None:
         self.restart(self.limit_s)
@@ -120,17 +134,26 @@ class StageClock:
         self._cpu0 = tree_cpu_seconds(self.pid) or 0.0
         self._delay0 = _thread_delays(self.pid)
         self._excluded_s = 0.0
+        self._stopped_s, self._sampled = 0.0, self._t0
 
     def exclude(self, seconds: float) -> None:
         """Seconds the worker waited on the parent (its builds): not the candidate's time."""
         self._excluded_s += seconds
+        self._sampled = time.monotonic()  # the wait is excluded already: not stopped time as well
 
     def usage(self) -> dict[str, float]:
-        """Wall, CPU and own seconds of the stage so far (JSON-safe)."""
-        wall = time.monotonic() - self._t0 - self._excluded_s
+        """Wall, CPU and own seconds of the stage so far (JSON-safe).
+
+        Stopped time is sampled: each call found the worker stopped adds the time since the previous call (the
+        callers poll every fraction of a second)."""
+        t = time.monotonic()
+        if is_stopped(self.pid):
+            self._stopped_s += t - self._sampled
+        self._sampled = t
+        wall = t - self._t0 - self._excluded_s
         cpu = (tree_cpu_seconds(self.pid) or self._cpu0) - self._cpu0
         now = _thread_delays(self.pid)
-        waited = max((d - self._delay0.get(tid, 0.0) for tid, d in now.items()), default=0.0)
+        waited = max((d - self._delay0.get(tid, 0.0) for tid, d in now.items()), default=0.0) + self._stopped_s
         return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "own_s": round(max(0.0, wall - waited), 3)}
 
     def over(self) -> str | None:

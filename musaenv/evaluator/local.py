@@ -112,8 +112,8 @@ class LocalEvaluator:
 
     def _take_worker(self) -> WorkerProcess:
         worker = self._spare or self._new_worker()
-        if self._spare is not None and not worker.wait_ready(WORKER_START_TIMEOUT_S):
-            worker.close()  # the spare died while waiting (killed, or its fork server was): one fresh try
+        if self._spare is not None and (not worker.wait_ready(WORKER_START_TIMEOUT_S) or worker.poll() is not None):
+            worker.close()  # the spare died while waiting (killed, or with its fork server): one fresh try
             worker = self._new_worker()
         self._spare = None
         if not worker.wait_ready(WORKER_START_TIMEOUT_S):
@@ -331,6 +331,11 @@ class LocalEvaluator:
         )  # fmt: skip
         extra = {**result.extra, "triton_aot": {**check.to_dict(), "log": check.log[-self.config.log_chars :]}}
         compile_s = (result.compile_time_s or 0.0) + check.seconds
+        if check.infra_error:  # the host stalled the check: retried, never the candidate's verdict
+            return result.replace(
+                stage=Stage.INFRA_ERROR, extra=extra, compile_time_s=compile_s,
+                messages=(*result.messages, f"GPU compile check: {check.infra_error}"),
+            )  # fmt: skip
         if check.inconclusive:
             return result.replace(
                 extra=extra,

@@ -9,12 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import IO
 
 from musaenv import _env
+from musaenv.evaluator import tempdirs
 from musaenv.evaluator.channel import Channel, ProtocolError
 from musaenv.evaluator.forkserver import ForkServer, ForkServerError
 from musaenv.evaluator.messages import read_hello
@@ -67,7 +67,7 @@ class WorkerProcess:
         fork_server: ForkServer | None = None,
     ) -> None:
         self.role = role
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"musaenv-{role}-"))
+        self.workdir = tempdirs.make(role)
         self.chan, (cr, cw) = Channel.pair()
         self._log = open(self.workdir / "worker.log", "wb")  # noqa: SIM115 - closed in close()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -96,6 +96,11 @@ class WorkerProcess:
     def forked(self) -> bool:
         """True when the worker came from a fork server."""
         return self._server is not None
+
+    @property
+    def server_died(self) -> bool:
+        """True when the worker's fork server has ended (a forked worker dies with it: ``PR_SET_PDEATHSIG``)."""
+        return self._server is not None and self._server.proc.poll() is not None
 
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal), or ``None`` while it runs (or when unknowable)."""

@@ -25,6 +25,7 @@ from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.integrity import read_sealed, write_sealed
+from musaenv.evaluator.limits import StageClock
 from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.messages import DrawRequest, ReferenceRequest, Result, Timing, Trial, TrialStats, decode
 from musaenv.evaluator.plan import EvalPlan
@@ -37,6 +38,7 @@ __all__ = ["RefOutputs", "ReferenceError_", "ReferenceService", "recv_before"]
 log = logging.getLogger(__name__)
 
 WORKER_START_TIMEOUT_S = 180.0
+_LIMIT_POLL_S = 0.25  # how often the run's limits are checked while the reference worker is silent
 
 
 def _draw_id(task: Task, plan: EvalPlan) -> str:
@@ -253,11 +255,14 @@ class ReferenceService:
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
         out.timing_note = cached[1] if cached else ""
         collected: list[tuple[list[np.ndarray], list[str]]] = []
-        deadline = time.monotonic() + timeout_s
+        clock = StageClock(worker.pid, timeout_s)  # CPU and own time of the reference, wall clock as a backstop
         while True:
-            got = recv_before(worker, deadline)
+            got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S)
             if got is None:
-                raise TimeoutError(f"reference for {task.id} took longer than {timeout_s:.0f} s")
+                why = clock.over()
+                if why is None:
+                    continue
+                raise TimeoutError(f"reference for {task.id}: {clock.describe('reference', why)}")
             msg, arrays = decode(got[0], TrialStats, Trial, Timing, Result), got[1]
             if isinstance(msg, TrialStats):
                 out.probe_stats.append(msg.stats)

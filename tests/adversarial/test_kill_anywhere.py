@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -18,6 +19,7 @@ import pytest
 
 from musaenv.backends.warmup import background_tree
 from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator import tempdirs
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.evaluator.proctree import descendants
 from musaenv.tasks.builtin import get_task, solution_source
@@ -131,9 +133,31 @@ def _run_with_killer(
     return r.stage, killer.killed
 
 
-def _then_clean_and_right(e: LocalEvaluator, code: str) -> None:
+def _our_dirs(root: Path | None = None) -> set[Path]:
+    """Worker and fork-server directories under ``root`` (the temp dir) that name this process as owner."""
+    root = root or Path(tempfile.gettempdir())
+    mine = f"{os.getpid()} "
+    out = set()
+    for d in root.glob("musaenv-*"):
+        try:
+            if (d / tempdirs.OWNER_FILE).read_text().startswith(mine):
+                out.add(d)
+        except OSError:
+            continue
+    return out
+
+
+def _known_dirs(e: LocalEvaluator) -> set[Path]:
+    ref = getattr(e._reference, "_worker", None)
+    return {w.workdir for w in (e._spare, ref) if w is not None}
+
+
+def _then_clean_and_right(e: LocalEvaluator, code: str, dirs_before: set[Path] | None = None) -> None:
     stray = _settles(lambda: [p for p in descendants(os.getpid()) if p not in _known(e) | background_tree()])
     assert not stray, [(p, _cmdline(p)) for p in stray]
+    if dirs_before is not None:  # the killed worker's directory went with it; only standing workers' remain
+        left = _our_dirs() - dirs_before - _known_dirs(e)
+        assert not left, left
     again = e.evaluate(get_task(TASK), code, seed=3)
     assert again.stage is Stage.CORRECT, again.to_dict()
 
@@ -154,10 +178,11 @@ def test_kill_candidate_worker(ev: LocalEvaluator, after_s: float) -> None:
         kids = [p for p in descendants(server)] if server > 0 else []
         return [p for p in kids if p not in _known(ev)]
 
+    before = _our_dirs() - _known_dirs(ev)  # the standing workers' directories must go if they are killed
     stage, _ = _run_with_killer(ev, solution_source(TASK, "cpu"), active, after_s)
     # a worker that dies under a candidate is that candidate's runtime error (it could have killed itself)
     assert stage in (Stage.CORRECT, Stage.RUNTIME_ERROR, Stage.INFRA_ERROR), stage
-    _then_clean_and_right(ev, solution_source(TASK, "cpu"))
+    _then_clean_and_right(ev, solution_source(TASK, "cpu"), before)
 
 
 @pytest.mark.parametrize("after_s", [0.0, 0.5])  # before its run, and (on a warm cache) during it
@@ -166,9 +191,10 @@ def test_kill_reference_worker(ev: LocalEvaluator, after_s: float) -> None:
         w = getattr(ev._reference, "_worker", None)
         return [w.pid] if w is not None and _alive(w.pid) else []
 
+    before = _our_dirs() - _known_dirs(ev)  # the standing workers' directories must go if they are killed
     stage, _ = _run_with_killer(ev, solution_source(TASK, "cpu"), ref, after_s)
     assert stage in (Stage.CORRECT, Stage.INFRA_ERROR), stage  # the reference is retried once on a fresh worker
-    _then_clean_and_right(ev, solution_source(TASK, "cpu"))
+    _then_clean_and_right(ev, solution_source(TASK, "cpu"), before)
 
 
 @pytest.mark.parametrize("after_s", [0.3])
@@ -177,7 +203,7 @@ def test_kill_fork_server(ev: LocalEvaluator, after_s: float) -> None:
         return [ev._server.proc.pid] if ev._server is not None and _alive(ev._server.proc.pid) else []
 
     stage, _ = _run_with_killer(ev, solution_source(TASK, "cpu"), server, after_s)
-    assert stage in (Stage.CORRECT, Stage.INFRA_ERROR), stage  # its workers run on; later ones fork from a new one
+    assert stage in (Stage.CORRECT, Stage.INFRA_ERROR), stage  # its workers die with it
     _then_clean_and_right(ev, solution_source(TASK, "cpu"))
 
 
@@ -191,13 +217,16 @@ class ModelNew(torch.nn.Module):
 """
 
 
-@pytest.mark.parametrize(("moment", "candidate"), [("build", "unique"), ("run", "busy")])
+@pytest.mark.parametrize(("moment", "candidate"), [("build", "unique"), ("run", "busy"), ("run+server", "busy")])
 def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
-    """SIGKILL the CLI mid-build or mid-run: its builder, compilers, fork server and workers are all gone soon."""
+    """SIGKILL the CLI mid-build or mid-run: its builder, compilers, fork server and workers are all gone soon, and
+    the next musaenv process's sweep removes the temporary directories the dead CLI could not."""
     tag = f"MUSAENV_KILL_TEST={uuid.uuid4().hex}"
     path = tmp_path / "cand.py"
     path.write_text(_unique_relu() if candidate == "unique" else _BUSY)
-    env = {**os.environ, tag.split("=")[0]: tag.split("=")[1]}
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, tag.split("=")[0]: tag.split("=")[1], "TMPDIR": str(tmp)}
     cmd = [sys.executable, "-m", "musaenv.cli", "eval", "--task", TASK, "--candidate", str(path), "--policy", "off"]
     proc = subprocess.Popen(cmd, env=env, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
@@ -206,12 +235,17 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
         procs = [_cmdline(p) for p in _tagged(tag)]
         if moment == "build":
             return any("musaenv.backends.builder" in c for c in procs)
+        # "run", "run+server": the candidate spins in a forked worker
         return any(_busy_worker(p) for p in _tagged(tag) if p != proc.pid)
 
     deadline = time.monotonic() + 240
     while not ready() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, "the evaluation ended before the moment to kill it"
+    if moment == "run+server":  # as Ray kills a dead actor's children: the server goes first, it cannot clean up
+        servers = [p for p in _tagged(tag) if "musaenv.evaluator.forkserver" in _cmdline(p) and not _is_fork(p)]
+        for p in servers:  # found first: once a server is gone its orphaned workers no longer look forked
+            os.kill(p, signal.SIGKILL)
     proc.kill()
     proc.wait()
     left = _settles(lambda: _tagged(tag))
@@ -219,6 +253,12 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
     for p in left:  # a failing test leaves nothing running either
         os.kill(p, signal.SIGKILL)
     assert not left, described
+    orphaned = sorted(d.name for d in tmp.glob("musaenv-*"))
+    assert any(n.startswith("musaenv-forkserver-") for n in orphaned), orphaned  # the dead CLI's, still there
+    swept = subprocess.run([sys.executable, "-c", "from musaenv.evaluator import tempdirs; tempdirs.sweep()"],
+                           env=env, cwd=Path(__file__).resolve().parents[2], check=True, timeout=60)  # fmt: skip
+    assert swept.returncode == 0
+    assert not list(tmp.glob("musaenv-*")), sorted(d.name for d in tmp.glob("musaenv-*"))
 
 
 def _busy_worker(pid: int) -> bool:
@@ -284,3 +324,54 @@ def test_interrupt_stops_within_seconds(tmp_path: Path, how: str, sig: int, rc: 
     assert not left, described
     assert proc.returncode == rc if how == "cli" else proc.returncode != 0, (proc.returncode, err[-2000:])
     assert stopped_s < 15, stopped_s
+
+
+_SLOW = """
+import time
+import torch
+_first = []
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        _first.append(_first[0] if _first else time.monotonic())
+        if time.monotonic() - _first[0] < 1.5:  # slow trials (a window to stop it in), then a plain timing
+            time.sleep(0.2)
+        return torch.relu(x)
+"""
+
+
+def test_stopped_worker_is_infra_error(ev: LocalEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stopped from outside (SIGSTOP: its CPU and own time stop, wall time goes on) ends at the wall-clock
+    backstop as the host's infra_error, never as the candidate's timeout; a retry on a fresh worker is right."""
+    from musaenv.evaluator import limits
+
+    monkeypatch.setattr(limits, "BACKSTOP_FACTOR", 1.0)
+    monkeypatch.setattr(limits, "BACKSTOP_EXTRA_S", 2.0)
+    cfg = EvalConfig(num_trials=2, static_policy="off", runtime_checks=False, run_timeout_s=2.0, timing_timeout_s=2.0,
+                     timing=TimingConfig(warmup=1, repeats=2, max_time_s=0.3))  # fmt: skip
+    with LocalEvaluator("cpu", cfg) as e:
+        assert e.evaluate(get_task(TASK), _SLOW, seed=1).stage is Stage.CORRECT
+        stopped: list[int] = []
+
+        def stop_active() -> None:
+            server = e._server.proc.pid if e._server is not None else -1
+            deadline = time.monotonic() + 30
+            while not stopped and time.monotonic() < deadline:
+                active = [p for p in descendants(server) if p not in _known(e)]
+                if active:
+                    time.sleep(0.6)  # into its trials (each call sleeps 0.2 s)
+                    os.kill(active[0], signal.SIGSTOP)
+                    stopped.append(active[0])
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=stop_active, daemon=True)
+        thread.start()
+        t0 = time.monotonic()
+        r = e.evaluate(get_task(TASK), _SLOW, seed=2)
+        took = time.monotonic() - t0
+        thread.join(timeout=5)
+        assert stopped, "no worker was stopped"
+        assert r.stage is Stage.INFRA_ERROR, r.to_dict()
+        assert "backstop" in " ".join(r.messages) + r.runtime_log, r.to_dict()
+        assert took < 30, took
+        assert not _settles(lambda: [p for p in stopped if _alive(p)])  # the stopped worker was killed
+        assert e.evaluate(get_task(TASK), _SLOW, seed=3).stage is Stage.CORRECT

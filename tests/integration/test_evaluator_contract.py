@@ -7,8 +7,11 @@ actor mid-batch, shipped build artifacts) is tested in test_pool.py and test_ray
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -85,3 +88,24 @@ def test_a_request_past_its_time_limit_is_an_infra_error_and_the_next_one_runs(e
     )
     assert spun.stage is Stage.INFRA_ERROR and spun.extra.get("pool_timeout"), spun.to_dict()
     assert after.stage is Stage.CORRECT, after.to_dict()
+    # the spinning worker went with its executor (Ray kills a dead actor's children, the fork server first)
+    deadline = time.monotonic() + 10
+    while (left := _orphaned_workers()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, left
+
+
+def _orphaned_workers() -> list[int]:
+    """Fork-server processes of this cache directory re-parented to init: nothing of musaenv's should be."""
+    mine = f"MUSAENV_CACHE_DIR={os.environ.get('MUSAENV_CACHE_DIR', '')}".encode()
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd, env = Path(f"/proc/{entry}/cmdline").read_bytes(), Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] not in "ZX" and fields[1] == "1" and b"evaluator.forkserver" in cmd and mine in env.split(b"\0"):
+            found.append(int(entry))
+    return found

@@ -209,3 +209,18 @@ def test_aot_check_reports_a_compile_error_with_the_source_line():
         assert "no_such_function" in check.log, check.log
         return
     assert "CompilationError" in check.log and "tl.no_such_function(x)" in check.log
+
+
+def test_aot_check_limits_cpu_seconds_and_a_stall_is_infra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compile check is limited in CPU seconds of its child (a spinning candidate fails it); a child that only
+    waits (here: sleeps, as a host too busy to run it would look) ends at the wall-clock backstop as infra_error."""
+    from musaenv.evaluator import limits
+
+    task = get_task("l1_relu").source
+    spin = triton_aot_check(task, "while True:\n    pass\n", timeout_s=4.0)
+    assert not spin.ok and spin.infra_error is None and "CPU seconds" in spin.log, spin
+    monkeypatch.setattr(limits, "BACKSTOP_FACTOR", 0.0)
+    monkeypatch.setattr(limits, "BACKSTOP_EXTRA_S", 3.0)
+    stall = triton_aot_check(task, "import time\ntime.sleep(600)\n", timeout_s=4.0)
+    assert not stall.ok and stall.infra_error and "backstop" in stall.infra_error, stall
+    assert stall.seconds < 20, stall.seconds

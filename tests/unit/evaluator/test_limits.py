@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -85,6 +86,23 @@ def test_sleeping_worker_is_charged() -> None:
         time.sleep(0.8)
         assert clock.over() == "own"
         assert "own time" in clock.describe("trials", "own")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_stopped_worker_reaches_only_the_backstop(short_backstop: None) -> None:
+    """SIGSTOP from outside: its CPU time stops and so does its own time; only the wall-clock backstop ends it."""
+    proc = _popen(["sleep", "30"])
+    try:
+        clock = StageClock(proc.pid, limit_s=0.5)
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5.0
+        while (why := clock.over()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert limits.is_stopped(proc.pid)
+        assert why == "backstop", clock.usage()
+        assert clock.usage()["own_s"] < 0.5, clock.usage()
     finally:
         proc.kill()
         proc.wait()
