@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 
 from musaenv import _env
+from musaenv.backends.bindobj import module_object
 from musaenv.backends.buildspec import BuildSpec
 from musaenv.backends.cuda_compile import _CUDA_PRELUDE
 from musaenv.backends.cuda_fast import cuda_fast_build, device_verdict
 from musaenv.backends.loader import pch_cache_root
+from musaenv.backends.pch import torch_flags
 from tests.unit.backends.test_cuda_split import KB_ADD
 
 DECL = "torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);"
@@ -32,9 +34,17 @@ def _spec(cuda: str = KB_ADD, cpp: str = DECL) -> tuple[dict[str, Any], str]:
     return {**spec.to_dict(), "timeout_s": 600}, spec.name
 
 
+@pytest.fixture(scope="module")
+def bound() -> None:
+    """The binding objects every cache has after its first C++ build (which itself compiles as load_inline does,
+    leaving them to the background: :func:`musaenv.backends.fastbuild.fast_build`)."""
+    cache = pch_cache_root()
+    assert module_object(torch_flags(cache, "musaenv_test", [], [], []), cache, []) is not None
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
-def test_kernelbench_shaped_candidate_builds_through_the_split(tmp_path):
+def test_kernelbench_shaped_candidate_builds_through_the_split(bound, tmp_path):
     spec, name = _spec()
     res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
     assert res is not None and res.kernels == ("add_kernel",) and res.tier == "split", res
@@ -45,7 +55,7 @@ def test_kernelbench_shaped_candidate_builds_through_the_split(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
-def test_a_failing_part_is_left_to_the_build_as_written(tmp_path):
+def test_a_failing_part_is_left_to_the_build_as_written(bound, tmp_path):
     # A launcher error (g++ on the host part); a kernel error and an unresolved symbol take the same road through
     # the evaluator in tests/integration/test_cuda_compile_only.py and tests/fidelity/test_fidelity_cuda.py.
     spec, name = _spec(KB_ADD.replace("torch::zeros_like(a);", "torch::zeros_like(a, 3.5, nullptr);"))
@@ -54,7 +64,7 @@ def test_a_failing_part_is_left_to_the_build_as_written(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
-def test_real_build_links_a_module_against_torchs_cuda_libraries(tmp_path, monkeypatch):
+def test_real_build_links_a_module_against_torchs_cuda_libraries(bound, tmp_path, monkeypatch):
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "empty.c").write_text("")
@@ -77,7 +87,7 @@ def test_real_build_links_a_module_against_torchs_cuda_libraries(tmp_path, monke
 
 @pytest.mark.slow
 @pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
-def test_a_kernel_syntax_error_is_diagnosed_once_in_the_lines_of_cuda_cu(tmp_path):
+def test_a_kernel_syntax_error_is_diagnosed_once_in_the_lines_of_cuda_cu(bound, tmp_path):
     broken = KB_ADD.replace("out[idx] = add2(a[idx], b[idx]);", "out[idx] = add2(a[idx], b[idx]) +;")
     spec, name = _spec(broken)
     res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
