@@ -158,7 +158,8 @@ def _cuda_split(spec: dict[str, Any], tmp: Path, compile_only: bool) -> dict[str
         return None
     if res is None:
         return None
-    return {"ok": res.ok, "log": res.log, "tier": "cuda_split", "steps": res.steps, "seconds": res.seconds}
+    return {"ok": res.ok, "log": res.log, "tier": "cuda_split", "steps": res.steps, "seconds": res.seconds,
+            "wanted": res.wanted}  # fmt: skip
 
 
 def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:

@@ -62,6 +62,9 @@ class CudaFastResult:
         kernels: The kernels launched through shims.
         tier: The C++ fast path's tier that built ``main.cpp`` (``split`` or ``pch``).
         steps: What ran, with exit codes and seconds.
+        ok: False when the device unit's errors are the verdict (``log``: the compiler's output).
+        log: That verdict's log.
+        wanted: What the build went without (``split`` header, ``bind`` objects), for a background build.
     """
 
     seconds: float
@@ -70,6 +73,7 @@ class CudaFastResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     ok: bool = True
     log: str = ""
+    wanted: list[str] = field(default_factory=list)
 
 
 class _Abandon(Exception):
@@ -270,4 +274,5 @@ def _build(
     if res is None or not res.ok:
         return None
     steps += [{"name": f"main:{s.get('step')}", "returncode": s.get("rc")} for s in res.steps]
-    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps)
+    wanted = list(dict.fromkeys([*store.wanted, *res.wanted]))
+    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps, wanted=wanted)

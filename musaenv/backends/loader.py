@@ -388,6 +388,8 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
         rc, over = _run_builder(tmp, 2 * timeout_s + 60)
         killed = over is not None
         result = _read_json(tmp / "result.json")
+        if result.get("wanted") and not killed:  # headers the split build went without: built for the next one
+            start_background([str(k) for k in result["wanted"]], spec.to_dict())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.perf_counter() - start

@@ -21,7 +21,7 @@ from musaenv.backends.buildspec import BuildSpec
 from musaenv.backends.cuda_compile import _CUDA_PRELUDE
 from musaenv.backends.cuda_fast import cuda_fast_build, device_verdict
 from musaenv.backends.loader import pch_cache_root
-from musaenv.backends.pch import torch_flags
+from musaenv.backends.pch import PchStore, torch_flags
 from tests.unit.backends.test_cuda_split import KB_ADD
 
 DECL = "torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);"
@@ -51,6 +51,9 @@ def test_kernelbench_shaped_candidate_builds_through_the_split(bound, tmp_path):
     by_name = {s.get("name"): s for s in res.steps}
     assert by_name["device"]["returncode"] == 0 and "torch/types.h" not in (tmp_path / "musaenv_device.cu").read_text()
     assert "-Wl,--no-undefined" in by_name["link"]["command"]
+    # What it went without is named for a background build (the host part's torch/types.h header of these flags).
+    had_header = PchStore(pch_cache_root()).include_flags("split", torch_flags(pch_cache_root(), name, [], [], []))
+    assert ("split" in res.wanted) == (had_header is None), res.wanted
 
 
 @pytest.mark.slow
