@@ -10,6 +10,7 @@ nothing is cached):
 * ``musaenv``: ``build_extension`` of the compile-only spec in a fresh process with an empty extension cache (no
   cached verdict), default build mode: the CUDA split (:mod:`musaenv.backends.cuda_fast`) when it applies.
 * ``full`` (``--full``): the same check with build mode ``torch``: the unsplit check of the source as written.
+* a kernel error (a syntax error in an extra kernel) in the first candidate, musaenv's check only.
 
 Precompiled headers and binding objects are built once per flag set before the timed runs (``warmup``, reported).
 CuPy: each kernel of the CuPy variants compiled by NVRTC through CuPy (cold first call, then warm), without a GPU.
@@ -186,6 +187,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="also time the unsplit compile-only check")
     ap.add_argument("--out", default="out/cuda_build_speed.json")
+    ap.add_argument("--no-error", dest="error", action="store_false", help="skip the kernel-error check")
     ap.add_argument("--candidates", nargs="*", default=list(CANDIDATES), choices=list(CANDIDATES))
     args = ap.parse_args()
     out = Path(args.out)
@@ -210,6 +212,14 @@ def main() -> None:
                   f"ok={m.get('ok')}) | {ratio:4.1f}x wall, {cpu_ratio:4.1f}x CPU"
                   + (f" | full {row['full'].get('seconds', float('nan')):6.1f} s" if args.full else ""))  # fmt: skip
             out.write_text(json.dumps(results, indent=1))  # after each candidate: a long run keeps what it measured
+        if args.error and args.candidates:  # a kernel error in the first candidate: what a compile error costs
+            kw = load_inline_kwargs(CANDIDATES[args.candidates[0]], f"{tag}e")
+            kw["cuda_sources"] = [*kw["cuda_sources"], "__global__ void musaenv_broken(float* x) { x[0] = ; }\n"]
+            err = musaenv_check(kw)
+            results["kernel_error"] = err
+            print(f"kernel error in {args.candidates[0]}: musaenv {err.get('seconds', float('nan')):6.1f} s "
+                  f"({err['cpu_s']:5.1f} CPU s, ok={err.get('ok')}, {err.get('tier')})")  # fmt: skip
+            out.write_text(json.dumps(results, indent=1))
     print(f"wrote {out}")
 
 

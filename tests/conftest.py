@@ -11,6 +11,9 @@ import pytest
 # One content-addressed build cache for the whole session (and later runs on this machine): compiles are
 # the expensive part of these tests, and a cache hit is exactly what a user gets on a second episode.
 os.environ.setdefault("MUSAENV_CACHE_DIR", str(Path(tempfile.gettempdir()) / "musaenv-test-cache"))
+# Background header builds for a build's own flags only: the common flag sets (minutes of CPU) would compete with
+# the suite's timings (tests/unit/backends/test_warmup_background.py covers that they are queued).
+os.environ.setdefault("MUSAENV_BACKGROUND_WARMUP", "wanted")
 
 
 def _has_cuda() -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from musaenv.backends.cuda_compile import (
     _torch_build_flags,
 )
 from musaenv.backends.cuda_link import judge_link, link_plan
-from musaenv.backends.cuda_split import CudaSplit, flags_allow_split, split_cuda
+from musaenv.backends.cuda_split import DEVICE_FILE, DEVICE_ORIGIN, CudaSplit, flags_allow_split, split_cuda
 from musaenv.backends.fastbuild import fast_build, linking_with, split_overlay
 from musaenv.backends.pch import CompileFlags, PchStore, torch_flags
 
@@ -61,16 +62,55 @@ class CudaFastResult:
         kernels: The kernels launched through shims.
         tier: The C++ fast path's tier that built ``main.cpp`` (``split`` or ``pch``).
         steps: What ran, with exit codes and seconds.
+        ok: False when the device unit's errors are the verdict (``log``: the compiler's output).
+        log: That verdict's log.
+        wanted: What the build went without (``split`` header, ``bind`` objects), for a background build.
     """
 
     seconds: float
     kernels: tuple[str, ...]
     tier: str
     steps: list[dict[str, Any]] = field(default_factory=list)
+    ok: bool = True
+    log: str = ""
+    wanted: list[str] = field(default_factory=list)
 
 
 class _Abandon(Exception):
     """A part failed: the source is built as written instead (its output is the verdict)."""
+
+
+class _Verdict(_Abandon):
+    """The device compile failed with the candidate's own errors (:func:`device_verdict`): that is the verdict."""
+
+    def __init__(self, step: _Step, output: str) -> None:
+        super().__init__(output)
+        self.step, self.output = step, output
+
+
+_NVCC_ERROR = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$", re.M)
+# What nvcc says when a declaration is missing, which a header only the unsplit unit includes could explain.
+_NVCC_LOOKUP = re.compile(
+    r"undefined|not a member|has no member|no instance of|incomplete|not a template|not a (type|class|namespace)"
+    r"|explicit type is missing|no suitable|ambiguous|cannot open|no operator|declared|not allowed|qualifier|overload"
+)
+
+
+def device_verdict(output: str, prelude_lines: int) -> str | None:
+    """nvcc's output on the device unit as the candidate's verdict, or ``None`` when the unsplit check must decide.
+
+    It is the verdict when every error is in the candidate's own lines of ``cuda.cu`` (the device unit carries
+    ``#line`` marks, :mod:`musaenv.backends.cuda_split`) and none is a name, member, type or overload not found:
+    the unsplit unit has torch's headers above the same code, and they can only add declarations.
+    """
+    errors = list(_NVCC_ERROR.finditer(output))
+    rest = re.sub(r"errors? detected in the compilation", "", _NVCC_ERROR.sub("", output))
+    if not errors or "error" in rest:
+        return None  # an error nvcc reports in another shape (a fatal one, the host compiler's): not ours to judge
+    for e in errors:
+        if e["file"] != DEVICE_ORIGIN or int(e["line"]) <= prelude_lines or _NVCC_LOOKUP.search(e["msg"]):
+            return None
+    return output.replace(f'compilation of "{DEVICE_FILE}"', f'compilation of "{DEVICE_ORIGIN}"')
 
 
 def _device_step(spec: dict[str, Any], cuda_home: Path, arch_flags: Sequence[str] | None) -> _Step:
@@ -146,7 +186,16 @@ def _real_linker(
 
 
 def _await(parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]]) -> None:
-    """Wait for the device and host compiles; abandon the split when either failed."""
+    """Wait for the device and host compiles; abandon the split when either failed (a device failure that is the
+    candidate's own error is the verdict, and the host compile is not waited for)."""
+    device = parts[0]
+    if device.returncode is None and not device.timed_out:
+        _finish(device, tmp, deadline)
+        steps.append(device.record())
+    own = device_verdict(device.output, len(_CUDA_PRELUDE)) if device.returncode not in (0, None) else None
+    if own is not None:
+        _kill(parts)
+        raise _Verdict(device, own)
     for step in parts:
         if step.returncode is None and not step.timed_out:
             _finish(step, tmp, deadline)
@@ -183,6 +232,12 @@ def cuda_fast_build(
         flags = torch_flags(cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
                             spec.get("extra_include_paths") or ())  # fmt: skip
         return _build(spec, name, tmp, cache, split, flags, cuda_home, arch_flags, started, deadline)
+    except _Verdict as v:  # diagnosed once: the device unit's errors are the candidate's own
+        status = f"exit {v.step.returncode}"
+        head = f"== cuda: {shlex.join([v.step.command[0], DEVICE_ORIGIN])} ({status})\n" if arch_flags is None else (
+            f"RuntimeError: Error building extension '{name}': FAILED: cuda.cuda.o\n"
+        )  # fmt: skip
+        return CudaFastResult(round(time.monotonic() - started, 3), (), "", [v.step.record()], False, head + v.output)
     except _Abandon as e:
         log.info("CUDA split build of %s abandoned, building it as written: %s", name, str(e)[-300:])
     except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
@@ -219,4 +274,5 @@ def _build(
     if res is None or not res.ok:
         return None
     steps += [{"name": f"main:{s.get('step')}", "returncode": s.get("rc")} for s in res.steps]
-    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps)
+    wanted = list(dict.fromkeys([*store.wanted, *res.wanted]))
+    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps, wanted=wanted)

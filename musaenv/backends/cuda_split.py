@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["DEVICE_PRELUDE", "CudaSplit", "split_cuda"]
+__all__ = ["DEVICE_FILE", "DEVICE_ORIGIN", "DEVICE_PRELUDE", "CudaSplit", "split_cuda"]
 
 # Standard headers torch/types.h includes (transitively) before any candidate code: device code that relied on
 # them still finds them. Each is a header the unsplit unit also sees, so adding them cannot make code build that
@@ -37,6 +37,8 @@ DEVICE_PRELUDE = (
     *(f"#include <{h}>" for h in ("cstdint", "cstddef", "cmath", "cfloat", "climits", "cstdio", "cstdlib", "cstring")),
     *(f"#include <{h}>" for h in ("algorithm", "array", "limits", "type_traits", "utility", "vector")),
 )
+DEVICE_FILE = "musaenv_device.cu"  # the device unit's file name
+DEVICE_ORIGIN = "cuda.cu"  # where its candidate lines come from: load_inline's name, as the unsplit check reports
 _TORCH_INCLUDE = re.compile(r'#\s*include\s*[<"](torch|ATen|c10|pybind11|Python\.h|caffe2)')
 _TORCH_WORD = re.compile(
     r"\b(torch|at|c10|caffe2|pybind11|py)::|\b(Tensor|TORCH_\w+|AT_\w+|C10_\w+|THC\w*)\b"
@@ -74,6 +76,7 @@ class _Chunk:
     text: str  # verbatim, comments included
     code: str  # comments and string literals blanked, for classification
     directive: bool = False
+    line: int = 1  # line of the source its first character is on
 
 
 def flags_allow_split(extra_cuda_cflags: list[str] | tuple[str, ...]) -> bool:
@@ -130,7 +133,7 @@ def _chunks(text: str, code: str) -> list[_Chunk] | None:
                     j = k + 1
                     continue
                 break
-            chunks.append(_Chunk(text[i:k], code[i:k], True))
+            chunks.append(_Chunk(text[i:k], code[i:k], True, code.count("\n", 0, i) + 1))
             i = start = k
             continue
         if c in "{([":
@@ -140,10 +143,10 @@ def _chunks(text: str, code: str) -> list[_Chunk] | None:
             if depth < 0:
                 return None
             if depth == 0 and c == "}" and _ends_at_brace(code, start, i):
-                chunks.append(_Chunk(text[start : i + 1], code[start : i + 1]))
+                chunks.append(_Chunk(text[start : i + 1], code[start : i + 1], line=code.count("\n", 0, start) + 1))
                 start = i + 1
         elif c == ";" and depth == 0:
-            chunks.append(_Chunk(text[start : i + 1], code[start : i + 1]))
+            chunks.append(_Chunk(text[start : i + 1], code[start : i + 1], line=code.count("\n", 0, start) + 1))
             start = i + 1
         i += 1
     if depth != 0 or code[start:].strip():
@@ -284,7 +287,7 @@ def split_cuda(source: str, prelude: tuple[str, ...]) -> CudaSplit | None:
     chunks = _chunks(source, code)
     if not chunks:
         return None
-    device, host = list(DEVICE_PRELUDE), list(prelude)
+    device, host = _DeviceText(len(prelude)), list(prelude)
     kernels: dict[str, _Kernel] = {}
     device_names: set[str] = set()
     for chunk in chunks:
@@ -292,7 +295,7 @@ def split_cuda(source: str, prelude: tuple[str, ...]) -> CudaSplit | None:
         if where is None:
             return None
         if where in ("device", "both"):
-            device.append(chunk.text)
+            device.add(chunk.text, chunk.line)
         if where == "device":
             k = _kernel(chunk) if re.search(r"\b__global__\b", chunk.code) else None
             if re.search(r"\b__global__\b", chunk.code) and (
@@ -302,7 +305,7 @@ def split_cuda(source: str, prelude: tuple[str, ...]) -> CudaSplit | None:
             if k is not None and k.name not in kernels:
                 kernels[k.name] = k
                 decl, definition = _shims(k)
-                device.append(definition)
+                device.add(definition)
                 host.append(decl)
             device_names |= _defined_names(chunk.code)
             continue
@@ -317,7 +320,34 @@ def split_cuda(source: str, prelude: tuple[str, ...]) -> CudaSplit | None:
         return None  # the host code names device code (a kernel's address, a __constant__ symbol, ...)
     if not kernels:
         return None
-    return CudaSplit("\n".join(device) + "\n", host_text, tuple(kernels))
+    return CudaSplit(device.text(), host_text, tuple(kernels))
+
+
+class _DeviceText:
+    """The device unit, each of the candidate's chunks under a ``#line`` of its place in ``cuda.cu`` (nvcc's
+    messages, ``__LINE__`` and ``__FILE__`` read as in the unsplit unit), musaenv's own lines under their own."""
+
+    def __init__(self, prelude_lines: int) -> None:
+        self.offset = prelude_lines  # cuda.cu is load_inline's header lines, then the sources
+        self.parts = list(DEVICE_PRELUDE)
+        self.lines = len(self.parts)  # lines so far (each part starts on a line of its own)
+        self.ours = True
+
+    def add(self, text: str, source_line: int | None = None) -> None:
+        """Append ``text``: the candidate's, from ``source_line`` of its sources, or (``None``) musaenv's."""
+        if source_line is not None:
+            self._put(f'#line {self.offset + source_line} "{DEVICE_ORIGIN}"')
+        elif not self.ours:
+            self._put(f'#line {self.lines + 2} "{DEVICE_FILE}"')
+        self._put(text)
+        self.ours = source_line is None
+
+    def _put(self, text: str) -> None:
+        self.parts.append(text)
+        self.lines += text.count("\n") + 1
+
+    def text(self) -> str:
+        return "\n".join(self.parts) + "\n"
 
 
 def _defined_names(code: str) -> set[str]:

@@ -28,7 +28,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -39,6 +38,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
+from musaenv.backends.builder import builder_command
 from musaenv.backends.buildspec import BuildSpec, toolchain_fingerprint
 from musaenv.backends.warmup import start_background
 from musaenv.evaluator.integrity import file_sha256, read_sealed, write_sealed
@@ -346,7 +346,7 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
 
     with open(tmp / "builder.log", "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "musaenv.backends.builder", str(tmp)],
+            builder_command(tmp),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -388,6 +388,8 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
         rc, over = _run_builder(tmp, 2 * timeout_s + 60)
         killed = over is not None
         result = _read_json(tmp / "result.json")
+        if result.get("wanted") and not killed:  # headers the split build went without: built for the next one
+            start_background([str(k) for k in result["wanted"]], spec.to_dict())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.perf_counter() - start

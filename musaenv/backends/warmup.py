@@ -6,7 +6,8 @@ compiling only our own sources (``#include <torch/types.h>`` and friends), never
 * ``musaenv warmup`` (:func:`warmup`): the flag sets real KernelBench generations use (:data:`COMMON_FLAG_SETS`),
   once per installation, with a line per item saying what is built and why.
 * In the background at first use (:func:`start_background`): a build that found no header for its flags compiled
-  without one and names it; the parent then builds it at low priority, so the next build with those flags has it.
+  without one and names it; the parent then builds it at low priority, so the next build with those flags has it,
+  and (once per process) goes on with the common flag sets, so a first candidate of those finds its header too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -27,9 +27,18 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
+from musaenv.backends.builder import builder_command
 from musaenv.evaluator.proctree import descendants
 
-__all__ = ["COMMON_FLAG_SETS", "run_items", "start_background", "wait_background", "warmup", "warmup_items"]
+__all__ = [
+    "COMMON_FLAG_SETS",
+    "background_items",
+    "run_items",
+    "start_background",
+    "wait_background",
+    "warmup",
+    "warmup_items",
+]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +58,7 @@ _WHY = {
 _BG_LOCK = threading.Lock()
 _BG_PROCS: list[subprocess.Popen[bytes]] = []
 _BG_SEEN: set[str] = set()
+_COMMON_QUEUED = False  # this process has queued the common flag sets (once)
 
 
 def warmup_items(flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bool = True) -> list[dict[str, Any]]:
@@ -96,7 +106,7 @@ def _spawn(items: Sequence[dict[str, Any]], timeout_s: float, background: bool) 
            "parent_pid": os.getpid(), "background": background}  # fmt: skip
     (tmp / "spec.json").write_text(json.dumps(job))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "musaenv.backends.builder", str(tmp)],
+        builder_command(tmp),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, cwd=str(tmp), env=_env.child_env(),
     )  # fmt: skip
@@ -126,21 +136,36 @@ def warmup(
     return rows
 
 
-def start_background(wanted: Sequence[str], spec: dict[str, Any]) -> None:
-    """Build the headers a build went without (``wanted``: ``split``/``full``) in a low-priority builder."""
+def background_items(wanted: Sequence[str], spec: dict[str, Any], common: bool) -> list[dict[str, Any]]:
+    """What a background builder builds: the headers a build went without (``wanted``: ``split``/``full``) for
+    its flags, then, when ``common``, the binding objects and ``types`` headers of :data:`COMMON_FLAG_SETS`
+    (items already built are skipped in the builder, in milliseconds)."""
     items = [{"kind": k, "extra_cflags": list(spec.get("extra_cflags") or ()),
               "extra_include_paths": list(spec.get("extra_include_paths") or ())} for k in wanted]  # fmt: skip
-    if not items or os.environ.get("MUSAENV_BACKGROUND_WARMUP", "1") == "0":
+    return items + (warmup_items(COMMON_FLAG_SETS, full=False) if items and common else [])
+
+
+def start_background(wanted: Sequence[str], spec: dict[str, Any]) -> None:
+    """Build the headers a build went without in a low-priority builder; the first such builder of a process
+    goes on with the common flag sets (what ``musaenv warmup`` builds, less the ``extension`` headers), so a
+    new generation's usual flags find their header ready. ``MUSAENV_BACKGROUND_WARMUP``: ``0`` off, ``wanted``
+    only the build's own headers, anything else both."""
+    global _COMMON_QUEUED
+    setting = os.environ.get("MUSAENV_BACKGROUND_WARMUP", "1")
+    if not wanted or setting == "0":
         return
     with _BG_LOCK:
         _BG_PROCS[:] = [p for p in _BG_PROCS if p.poll() is None]  # reap the finished ones
         if _BG_PROCS:
             return  # one at a time: the next build that misses a header asks again
-        key = json.dumps(items, sort_keys=True)
+        key = json.dumps(background_items(wanted, spec, common=False), sort_keys=True)
         if key in _BG_SEEN:
             return
         _BG_SEEN.add(key)
-        log.info("building precompiled headers %s for %s in the background", wanted, items[0]["extra_cflags"])
+        items = background_items(wanted, spec, common=setting != "wanted" and not _COMMON_QUEUED)
+        _COMMON_QUEUED = True
+        log.info("building precompiled headers %s for %s in the background%s", wanted, items[0]["extra_cflags"],
+                 ", then those of the common flag sets" if len(items) > len(wanted) else "")  # fmt: skip
         proc, tmp = _spawn(items, 1800.0, background=True)
         _BG_PROCS.append(proc)
         # Reaped as soon as it ends (else a zombie child until the next background build, which may never come),
@@ -196,6 +221,6 @@ def first_use_note() -> str | None:
     """A line for the CLI when this cache has built no C++ yet (what the first build does once, and why)."""
     if any((pch_cache_root() / "bind").glob("*/module.o")):
         return None
-    return ("first C++ build in this cache: the pybind11 binding objects are compiled once (~15 s of CPU) beside "
-            "the candidate; precompiled headers for its flags follow in the background (`musaenv warmup` "
-            "prepares the common flag sets ahead)")  # fmt: skip
+    return ("first C++ build in this cache: compiled as load_inline compiles it; the pybind11 binding objects "
+            "(~15 s of CPU) and precompiled headers for its flags, then for the common flag sets, follow in the "
+            "background at low priority (`musaenv warmup` prepares them ahead)")  # fmt: skip

@@ -112,3 +112,25 @@ def test_nothing_to_launch_and_unbalanced_sources_are_not_split():
 def test_flags_that_change_linking_or_warnings_keep_the_source_whole():
     assert flags_allow_split(["-O3", "--use_fast_math", "-Xptxas", "-v", "-DBLOCK=128"])
     assert not flags_allow_split(["-rdc=true"]) and not flags_allow_split(["-Xcompiler", "-Werror"])
+
+
+def test_device_lines_carry_their_place_in_cuda_cu():
+    # nvcc's messages on the device unit then name the lines of the unsplit cuda.cu (load_inline's header lines,
+    # then the sources), and musaenv's own lines (the shims) their place in the device unit.
+    s = _split(KB_ADD)
+    assert s is not None
+    cuda_cu = "\n".join([*_CUDA_PRELUDE, KB_ADD]).splitlines()
+    file, line, first, seen = None, 0, False, 0
+    for n, text in enumerate(s.device.splitlines(), start=1):
+        mark = re.match(r'#line (\d+) "(.+)"$', text)
+        if mark:
+            line, file, first = int(mark.group(1)), mark.group(2), True
+            continue
+        if file == "cuda.cu":
+            # a chunk may start or end mid-line (a declaration, then a comment): a part of that line, in place
+            assert cuda_cu[line - 1] == text or (text.strip() and text in cuda_cu[line - 1]) or first, (line, text)
+            seen += 1
+        elif file == "musaenv_device.cu":
+            assert line == n
+        line, first = line + 1, False
+    assert seen >= 8 and '"musaenv_device.cu"' in s.device
