@@ -2,7 +2,7 @@
 
 Project metadata lives in pyproject.toml; this file only adds the extension. The extension is optional: when it
 cannot be built (no compiler, not Linux, pybind11 missing) the install still succeeds and
-:mod:`musaenv.evaluator.sandbox` uses its pure-Python (ctypes) fallback. The build never needs torch.
+:mod:`musaenv.isolation.sandbox` uses its pure-Python (ctypes) fallback. The build never needs torch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What does the build sandbox cost? The same cold builds with and without it, interleaved in one run.
 
 Each round builds a fresh variant of the l1_relu solution (a unique comment, so nothing is cached) twice: once
-confined (pid namespace, Landlock, seccomp, rlimits: :mod:`musaenv.backends.build_jail`) and once with
+confined (pid namespace, Landlock, seccomp, rlimits: :mod:`musaenv.isolation.build_jail`) and once with
 ``configure_builds(confine=False)``, alternating which goes first. Precompiled headers are warmed before the first
 round so both arms measure a typical cached-flags build. Also: the confinement step alone (fork + namespace +
 sandbox entry around an empty build) and the cache-hit verification (sha256 of the module against its sealed
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_costs import ours_build, relu_cpp
 
-from musaenv.backends.build_jail import run_confined
-from musaenv.backends.loader import BuildSpec, build_extension, configure_builds
+from musaenv.build.loader import BuildSpec, build_extension, configure_builds
+from musaenv.isolation.build_jail import run_confined
 
 
 def _jail_only(reps: int) -> list[float]:

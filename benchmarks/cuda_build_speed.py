@@ -8,7 +8,7 @@ nothing is cached):
   of torch needs three things of the environment to finish, none of the candidate: ``CUDA_HOME``, the c10/cuda
   define and empty stand-ins for ``libc10_cuda``/``libtorch_cuda``, as ``tests/fidelity/truth.py`` does).
 * ``musaenv``: ``build_extension`` of the compile-only spec in a fresh process with an empty extension cache (no
-  cached verdict), default build mode: the CUDA split (:mod:`musaenv.backends.cuda_fast`) when it applies.
+  cached verdict), default build mode: the CUDA split (:mod:`musaenv.build.cuda_fast`) when it applies.
 * ``full`` (``--full``): the same check with build mode ``torch``: the unsplit check of the source as written.
 * a kernel error (a syntax error in an extra kernel) in the first candidate, musaenv's check only.
 
@@ -60,7 +60,7 @@ print("RESULT", json.dumps({"seconds": time.perf_counter() - t,
 _MUSAENV = """
 import json, sys
 from pathlib import Path
-from musaenv.backends.loader import BuildSpec, build_extension, configure_builds
+from musaenv.build.loader import BuildSpec, build_extension, configure_builds
 kw, root, mode = json.loads(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 configure_builds(mode=mode)
 out = build_extension(BuildSpec.from_load_inline(kw, "cuda", compile_only=True), timeout_s=900, root=root)
@@ -173,7 +173,7 @@ extern "C" __global__ void tiled_matmul(const float* a, const float* b, float* c
 
 def cupy_compile() -> dict[str, Any]:
     """Each CuPy kernel compiled by NVRTC through CuPy for sm_90 without a GPU: cold first call, then warm."""
-    from musaenv.backends.cupy_nvrtc import nvrtc_compile
+    from musaenv.build.cupy_nvrtc import nvrtc_compile
 
     out: dict[str, Any] = {}
     for i, (name, src) in enumerate(CUPY_KERNELS.items()):

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from musaenv.evaluator.integrity import read_sealed
+from musaenv.isolation.integrity import read_sealed
 
 
 def _listing(d: Path) -> set[str]:
@@ -43,7 +43,7 @@ def _snapshot(tmp: Path) -> dict[str, set[str]]:
 
 def _live_descendants() -> list[int]:
     """Processes below this one that are still running (orphans come here: this process is a subreaper)."""
-    from musaenv.evaluator.proctree import descendants
+    from musaenv.isolation.proctree import descendants
 
     out = []
     for pid in descendants(os.getpid()):

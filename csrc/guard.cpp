@@ -8,7 +8,7 @@
 // threads that already exist (an OpenBLAS pool is started by `import numpy`/`import torch`) are reached with a
 // real-time signal whose handler applies the same change on that thread, the way Go's AllThreadsSyscall does.
 //
-// The BPF program must stay byte-identical to musaenv/evaluator/seccomp.py::seccomp_program; a unit test compares.
+// The BPF program must stay byte-identical to musaenv/isolation/seccomp.py::seccomp_program; a unit test compares.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -46,7 +46,7 @@ def pch_cache_root() -> Path:
 
 
 def key_dir() -> Path:
-    """Directory of the per-installation HMAC key (:mod:`musaenv.evaluator.integrity`)."""
+    """Directory of the per-installation HMAC key (:mod:`musaenv.isolation.integrity`)."""
     env = os.environ.get("MUSAENV_KEY_DIR")
     if env:
         return Path(env).expanduser()
@@ -77,7 +77,7 @@ def sandbox_implementation() -> str:
     """``MUSAENV_SANDBOX_IMPL``, lower-cased: ``auto`` (default), ``extension`` or ``python``.
 
     ``auto`` uses the C++ helper when it is built, else ctypes; ``python`` forces the ctypes fallback (tests).
-    Validated by :func:`musaenv.evaluator.sandbox.enter_sandbox`.
+    Validated by :func:`musaenv.isolation.sandbox.enter_sandbox`.
     """
     return os.environ.get("MUSAENV_SANDBOX_IMPL", "").strip().lower() or "auto"
 

@@ -162,7 +162,7 @@ def _demo_responses(task_id: str) -> list[str]:
 
 
 def _first_use_note(quiet: bool) -> None:
-    from musaenv.backends.warmup import first_use_note
+    from musaenv.build.warmup import first_use_note
 
     note = None if quiet else first_use_note()
     if note:
@@ -242,11 +242,11 @@ def _optional_subcommands() -> list[Callable[[Any], None]]:
     found = []
     for module, fn in (
         ("musaenv.backends.musa_port", "add_port_subparser"),
-        ("musaenv.rewards.ablate", "add_ablate_subparser"),
+        ("musaenv.tools.ablate", "add_ablate_subparser"),
         ("musaenv.bench.cli", "add_bench_subparser"),
         ("musaenv.rl.dataset", "add_dataset_subparser"),
         ("musaenv.rl.adapters.openenv_server", "add_serve_subparser"),
-        ("musaenv.backends.warmup", "add_warmup_subparser"),
+        ("musaenv.build.warmup", "add_warmup_subparser"),
     ):
         try:
             mod = __import__(module, fromlist=[fn])

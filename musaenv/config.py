@@ -177,7 +177,7 @@ class EvalConfig(_Config):
         run_timeout_s: Limit on all correctness trials together.
         timing_timeout_s: Limit on timing. These four count the candidate's CPU seconds and its own time (wall
             minus run-queue waits), not a busy host's delays; a wall-clock backstop of ``3 x limit + 30 s`` that
-            alone runs out is an ``infra_error`` (:mod:`musaenv.evaluator.limits`, docs/sandbox.md).
+            alone runs out is an ``infra_error`` (:mod:`musaenv.isolation.limits`, docs/sandbox.md).
         static_policy: ``strict`` (only tensor plumbing in forward), ``kernelbench`` (KernelBench's rules: some
             operators may stay in PyTorch), ``permissive`` (glue allowed) or ``off`` (see :data:`POLICIES`).
         runtime_policy: What the profiler check of one forward does with aten compute outside the allowlist:
@@ -194,7 +194,7 @@ class EvalConfig(_Config):
             instead of starting a fresh interpreter for each (about 1.5 s of CPU each here). Each candidate still
             gets its own new process; ``False`` is the slower, simplest path.
         triton_aot_arch: Triton without a GPU: a candidate the interpreter finds correct is also compiled to a
-            cubin for ``sm_<arch>`` at the task's first GPU-tier shape (:mod:`musaenv.backends.triton_aot`); a
+            cubin for ``sm_<arch>`` at the task's first GPU-tier shape (:mod:`musaenv.build.triton_aot`); a
             kernel that does not compile is a ``compile_error``. ``None`` skips this check (saves ~4-7 s each).
         secret_plans: Mix 16 bytes of ``os.urandom`` into every evaluation's plan (trial inputs, rechecked and
             probed timed calls), so knowing the seed (``--seed``, an env's reset seed, a parent's argv) does not

@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from musaenv.backends.flags import check_spec_flags
-from musaenv.backends.loader import BuildSpec, build_extension
+from musaenv.build.flags import check_spec_flags
+from musaenv.build.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
-from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
-from musaenv.evaluator.limits import StageClock
-from musaenv.evaluator.messages import (
+from musaenv.evaluator.reference import recv_before
+from musaenv.isolation.channel import ProtocolError
+from musaenv.isolation.limits import StageClock
+from musaenv.isolation.messages import (
     BuildRequest,
     BuildResult,
     CandidateRequest,
@@ -27,8 +28,7 @@ from musaenv.evaluator.messages import (
     Trial,
     decode,
 )
-from musaenv.evaluator.process import WorkerProcess
-from musaenv.evaluator.reference import recv_before
+from musaenv.isolation.process import WorkerProcess
 
 __all__ = ["CandidateRun", "drive_candidate"]
 
@@ -135,7 +135,7 @@ def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarra
             run.runtime_arrays = arrays
     else:
         run.builds = list(msg.builds)
-        # CuPy kernels are compiled in the worker (musaenv.evaluator.cupy_hook), not by the parent's build service.
+        # CuPy kernels are compiled in the worker (musaenv.worker.cupy_hook), not by the parent's build service.
         run.compile_time_s += sum(float(b.get("seconds") or 0.0) for b in run.builds if b.get("kind") == "cupy")
         run.warnings = list(msg.warnings)
         run.compile_only = msg.compile_only

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from musaenv.evaluator.proctree import cpu_seconds, thread_count
+from musaenv.isolation.proctree import cpu_seconds, thread_count
 
 __all__ = ["CpuWatch", "PhaseUsage", "over_budget", "pin_threads", "timing_cpus"]
 

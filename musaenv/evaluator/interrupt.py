@@ -14,12 +14,12 @@ import os
 import sys
 from pathlib import Path
 
-from musaenv.evaluator.proctree import descendants, kill_tree
+from musaenv.isolation.proctree import descendants, kill_tree
 
 __all__ = ["interrupted", "kill_running"]
 
-_PARTS = ("musaenv.evaluator.worker", "musaenv.backends.builder", "musaenv.backends.triton_aot")
-_SERVER = "musaenv.evaluator.forkserver"
+_PARTS = ("musaenv.worker.candidate", "musaenv.build.builder", "musaenv.build.triton_aot")
+_SERVER = "musaenv.isolation.forkserver"
 
 
 def interrupted() -> bool:

@@ -10,18 +10,18 @@ from typing import Any
 
 from musaenv import _env
 from musaenv.backends import BackendInfo, resolve_backend
-from musaenv.backends.loader import sweep_stale_builds
+from musaenv.build.loader import sweep_stale_builds
 from musaenv.config import EvalConfig
-from musaenv.evaluator import forkserver
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
-from musaenv.evaluator.forkserver import ForkServer
 from musaenv.evaluator.memory import candidate_budget_mb, status_mb
-from musaenv.evaluator.messages import CandidateRequest
 from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
-from musaenv.evaluator.process import WorkerProcess
-from musaenv.evaluator.process import worker_env as process_env
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
 from musaenv.evaluator.verdict import judge
+from musaenv.isolation import forkserver
+from musaenv.isolation.forkserver import ForkServer
+from musaenv.isolation.messages import CandidateRequest
+from musaenv.isolation.process import WorkerProcess
+from musaenv.isolation.process import worker_env as process_env
 from musaenv.tasks.external import check_memory
 from musaenv.tasks.parsing import extract_candidate
 from musaenv.tasks.task import Task
@@ -60,9 +60,9 @@ class LocalEvaluator:
 
     Each candidate runs in a fresh worker process (started ahead of time, so its start-up is hidden) that is
     killed with everything it started when the evaluation ends. Workers are forked from a fork server that has
-    imported torch once (:mod:`musaenv.evaluator.forkserver`; ``EvalConfig.fork_server=False`` starts a fresh
+    imported torch once (:mod:`musaenv.isolation.forkserver`; ``EvalConfig.fork_server=False`` starts a fresh
     interpreter per worker instead). Builds go through the content-addressed
-    cache of :mod:`musaenv.backends.loader`. Reference outputs come from a separate, long-lived worker.
+    cache of :mod:`musaenv.build.loader`. Reference outputs come from a separate, long-lived worker.
 
     Args:
         backend: Backend name or a resolved :class:`BackendInfo`.
@@ -322,7 +322,7 @@ class LocalEvaluator:
         arch = self.config.triton_aot_arch
         if not (self.backend.name == "triton" and self.backend.device == "cpu" and arch) or not result.is_correct:
             return result
-        from musaenv.backends.triton_aot import triton_aot_check
+        from musaenv.build.triton_aot import triton_aot_check
 
         gpu_shapes = task.shapes_for("gpu")
         check = triton_aot_check(
@@ -364,7 +364,7 @@ class LocalEvaluator:
         if not report.errors:
             return tuple(report.warning_flags)
         # Unparseable sources are a format problem, not a cheat.
-        # So are builds musaenv does not perform (flags outside the allow-list, musaenv.backends.flags).
+        # So are builds musaenv does not perform (flags outside the allow-list, musaenv.build.flags).
         unparseable = all(f.flag in ("syntax_error", "too_complex", "build_flag_refused") for f in report.errors)
         return EvalResult(
             stage=Stage.FORMAT_ERROR if unparseable else Stage.CHEATING,

@@ -5,7 +5,7 @@ An :class:`EvaluatorPool` runs up to ``compile_workers + len(devices)`` evaluati
 Two bounds decouple the stages:
 
 * **compile slots**: at most ``compile_workers`` builds run at once in this process (a semaphore in
-  :mod:`musaenv.backends.loader`; cache hits never wait for one);
+  :mod:`musaenv.build.loader`; cache hits never wait for one);
 * **device slots**: one lock per device, held from a candidate's first trial to the end of its reference run, so
   runs and timings on one device never overlap while other requests compile.
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from musaenv.backends import BackendInfo, resolve_backend
-from musaenv.backends.loader import configure_builds, default_build_parallelism
+from musaenv.build.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
 from musaenv.evaluator.interrupt import interrupted, kill_running
 from musaenv.evaluator.progress import Progress
@@ -79,7 +79,7 @@ class EvaluatorPool:
         backend: Backend name or :class:`BackendInfo`.
         config: :class:`EvalConfig` for every evaluation.
         compile_workers: Builds at once (default: one per core, fewer when memory is short). This sets the
-            process-wide bound of :func:`~musaenv.backends.loader.configure_builds` (the last pool created wins).
+            process-wide bound of :func:`~musaenv.build.loader.configure_builds` (the last pool created wins).
         devices: Device slot names, one lock each, e.g. ``["cuda:0", "cuda:1"]`` (``cuda:N`` pins candidate
             workers with ``CUDA_VISIBLE_DEVICES``). Default: one slot for the backend's device.
         max_in_flight: Requests evaluated at once (default ``compile_workers + len(devices)``).

@@ -21,15 +21,15 @@ from typing import Any
 import numpy as np
 
 from musaenv.config import TimingConfig
-from musaenv.evaluator.channel import ProtocolError
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
-from musaenv.evaluator.forkserver import ForkServer
-from musaenv.evaluator.integrity import read_sealed, write_sealed
-from musaenv.evaluator.limits import StageClock
 from musaenv.evaluator.memory import PeakMeter
-from musaenv.evaluator.messages import DrawRequest, ReferenceRequest, Result, Timing, Trial, TrialStats, decode
 from musaenv.evaluator.plan import EvalPlan
-from musaenv.evaluator.process import WorkerProcess
+from musaenv.isolation.channel import ProtocolError
+from musaenv.isolation.forkserver import ForkServer
+from musaenv.isolation.integrity import read_sealed, write_sealed
+from musaenv.isolation.limits import StageClock
+from musaenv.isolation.messages import DrawRequest, ReferenceRequest, Result, Timing, Trial, TrialStats, decode
+from musaenv.isolation.process import WorkerProcess
 from musaenv.tasks.task import Task
 from musaenv.types import TimingStats
 
@@ -88,7 +88,7 @@ class ReferenceService:
     """Runs reference programs for an evaluator (one persistent worker, restarted when it dies).
 
     ``extra_env`` pins the device (``CUDA_VISIBLE_DEVICES``, ...) like the candidates'. With ``fork_server`` the
-    worker is forked from it (started with :func:`~musaenv.evaluator.process.worker_env` of ``cpu_threads`` and
+    worker is forked from it (started with :func:`~musaenv.isolation.process.worker_env` of ``cpu_threads`` and
     ``extra_env``); the reference still never shares a process with candidate code.
     """
 

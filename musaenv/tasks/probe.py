@@ -1,6 +1,6 @@
 """Parent side of the shape-probe worker: one subprocess that runs reference programs at candidate shapes. No torch.
 
-The worker (:mod:`musaenv.evaluator.shape_probe`) imports torch once and serves many files, so deriving shapes for
+The worker (:mod:`musaenv.worker.shape_probe`) imports torch once and serves many files, so deriving shapes for
 a 250-file folder pays for one interpreter start, not 250. A file that hangs past the hard deadline, exhausts the
 worker's address space or kills it costs a restart, never the caller: the caller only reads JSON lines.
 """
@@ -49,7 +49,7 @@ class ProbeClient:
         self.restarts = 0
 
     def _start(self) -> None:
-        cmd = [sys.executable, "-m", "musaenv.evaluator.shape_probe", str(self.memory_mb)]
+        cmd = [sys.executable, "-m", "musaenv.worker.shape_probe", str(self.memory_mb)]
         self._proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -106,7 +106,7 @@ class ProbeClient:
     def check(
         self, source: str, shape: dict[str, Any], *, real: bool, limit_s: float, fresh: bool = False, **kw: Any
     ) -> dict[str, Any]:
-        """Probe ``shape`` of ``source`` (see :mod:`musaenv.evaluator.shape_probe`); a dead worker is an error reply.
+        """Probe ``shape`` of ``source`` (see :mod:`musaenv.worker.shape_probe`); a dead worker is an error reply.
 
         ``fresh``: execute ``source`` anew for this check only (the program as shown), not the loaded one.
         """

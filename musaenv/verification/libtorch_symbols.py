@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 from musaenv import _env
-from musaenv.evaluator.integrity import read_sealed, write_sealed
+from musaenv.isolation.integrity import read_sealed, write_sealed
 
 __all__ = ["exported_c_symbols", "symbol_flag"]
 

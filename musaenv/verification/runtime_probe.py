@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from musaenv.evaluator import proctree
+from musaenv.isolation import proctree
 from musaenv.verification.runtime_profile import profile_call
 
 __all__ = ["RuntimeGuard", "global_state", "thread_count", "watch_targets"]
@@ -167,7 +167,7 @@ class RuntimeGuard:
     Args:
         settings: ``{"policy": strict|permissive|off, "checks": bool}`` from the request (absent: everything off).
         device: The evaluation device.
-        calls: The loader hook's :class:`~musaenv.evaluator.loader_hook.KernelCalls`.
+        calls: The loader hook's :class:`~musaenv.worker.loader_hook.KernelCalls`.
         watch: Objects whose identity is checked (:func:`watch_targets`).
         count_calls: Whether extension calls prove the kernel ran (False for Triton, whose kernels are not
             loaded through ``load_inline``).

@@ -18,11 +18,11 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from musaenv.backends.flags import check_spec_flags, normalise_flags, refused_flags
+from musaenv.build.flags import check_spec_flags, normalise_flags, refused_flags
 from musaenv.verification import allowlists as al
 from musaenv.verification.findings import ERROR, WARNING, Finding, describe
 from musaenv.verification.libtorch_symbols import exported_c_symbols, symbol_flag
-from musaenv.verification.static_sources import BuildSpec
+from musaenv.verification.static_sources import RecoveredBuild
 
 __all__ = ["CppHit", "check_build", "scan_source"]
 
@@ -464,7 +464,7 @@ def _to_finding(hit: CppHit, where: str, line: int, policy: str) -> Finding | No
     return Finding(hit.flag, severity, f"{where}: {hit.detail}{advice}", line)
 
 
-def check_build(spec: BuildSpec, policy: str = "strict", preprocess: bool = True) -> list[Finding]:
+def check_build(spec: RecoveredBuild, policy: str = "strict", preprocess: bool = True) -> list[Finding]:
     """Findings for one ``load_inline`` call: its arguments, build flags and every source text.
 
     Args:

@@ -12,7 +12,7 @@ CuPy. Everything else is the CuPy equivalent of something the other formats refu
   the launch configuration) and picks CUB for reductions where it can: the work is CuPy's, not the candidate's.
 * ``cupy.linalg``, ``cupy.fft``, ``cupy.cuda.cublas``/``cudnn``/``cufft``/..., ``cupyx``: ``vendor_library``.
 * streams and events (``cupy.cuda.Stream``, ``ExternalStream``, ``Event``): ``side_stream``. The harness launches
-  every CuPy kernel on torch's current stream itself (:mod:`musaenv.evaluator.cupy_hook`), so a candidate never
+  every CuPy kernel on torch's current stream itself (:mod:`musaenv.worker.cupy_hook`), so a candidate never
   needs one, and work on another stream escapes the timing (HACKS T1).
 * CUDA graphs: ``graph_replay``. Files (``cupy.load``, ``RawModule(path=...)``): ``file_access``.
 * the runtime and driver APIs, devices, memory pools, allocators, ``cupy.cuda.compiler``, ``cupy_backends`` and
@@ -36,7 +36,7 @@ from musaenv.verification import allowlists as al
 from musaenv.verification.findings import ERROR, Finding
 from musaenv.verification.static_cpp import check_build
 from musaenv.verification.static_names import Symbols
-from musaenv.verification.static_sources import BuildSpec, SourceText, _Evaluator, _Unresolved
+from musaenv.verification.static_sources import RecoveredBuild, SourceText, _Evaluator, _Unresolved
 
 __all__ = ["CUPY_KERNEL_CLASSES", "CUPY_OK", "CupyKernelSource", "cupy_findings", "find_cupy_kernels", "is_cupy"]
 
@@ -208,6 +208,6 @@ def cupy_findings(sym: Symbols, policy: str, preprocess: bool = True) -> tuple[l
         out.extend(k.problems)
         defines = [o.replace("--define-macro=", "-D") for o in k.options if o.startswith(("-D", "-U", "--define"))]
         if k.codes:
-            out.extend(check_build(BuildSpec(line=k.line, sources=k.codes, cflags=defines), policy, preprocess))
+            out.extend(check_build(RecoveredBuild(line=k.line, sources=k.codes, cflags=defines), policy, preprocess))
             sources.extend(k.codes)
     return out, sources

@@ -30,7 +30,7 @@ from musaenv.verification.static_flow import Event, FunctionAnalyzer, Summary
 from musaenv.verification.static_model import Program, Unit
 from musaenv.verification.static_names import Symbols, build_symbols
 from musaenv.verification.static_safety import safety_findings
-from musaenv.verification.static_sources import BuildSpec, find_builds
+from musaenv.verification.static_sources import RecoveredBuild, find_builds
 
 __all__ = ["analyze_candidate"]
 
@@ -245,7 +245,7 @@ def _backend_warnings(backend: str, kernels: list[str], kinds: set[str]) -> list
     return [Finding("backend_mismatch", WARNING, problem, None)]
 
 
-def _kernelbench_findings(sym: Symbols, builds: list[BuildSpec], backend: str) -> list[Finding]:
+def _kernelbench_findings(sym: Symbols, builds: list[RecoveredBuild], backend: str) -> list[Finding]:
     """What KernelBench's own static checker refuses and musaenv's other checks do not already refuse.
 
     KernelBench (``src/kernelbench/kernel_static_checker.py``, ``STRICT_CHECKS`` plus the backend's ``*_impl``)
@@ -304,7 +304,7 @@ def analyze_candidate(
             cupy, cupy_sources = cupy_findings(sym, policy, preprocess)
             findings.extend(cupy)
             if cupy_sources:  # KernelBench's __global__ check covers them too
-                builds.append(BuildSpec(line=cupy_sources[0].line, sources=cupy_sources))
+                builds.append(RecoveredBuild(line=cupy_sources[0].line, sources=cupy_sources))
         model_findings, events = _model_findings(Program(sym), policy)
         if policy == "kernelbench":
             findings.extend(_kernelbench_findings(sym, builds, backend))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from musaenv.verification.static_names import Symbols, is_load_inline_name
 
-__all__ = ["BuildSpec", "SourceText", "find_builds"]
+__all__ = ["RecoveredBuild", "SourceText", "find_builds"]
 
 _MAX_VALUES = 16  # alternatives kept per expression; more than this is treated as unresolvable
 _SOURCE_KWS = {"cpp_sources": "cpp", "cuda_sources": "cuda", "sycl_sources": "sycl", "musa_sources": "musa"}
@@ -56,7 +56,7 @@ class SourceText:
 
 
 @dataclass
-class BuildSpec:
+class RecoveredBuild:
     """One ``load_inline`` call as far as it could be recovered.
 
     Attributes:
@@ -230,7 +230,7 @@ def _exact_first_line(source: str, node: ast.AST, text: str) -> int | None:
     return node.lineno
 
 
-def _args_of(call: ast.Call, ev: _Evaluator, spec: BuildSpec) -> dict[str, ast.AST]:
+def _args_of(call: ast.Call, ev: _Evaluator, spec: RecoveredBuild) -> dict[str, ast.AST]:
     args: dict[str, ast.AST] = {_POSITIONAL[i]: a for i, a in enumerate(call.args) if i in _POSITIONAL}
     for i, a in enumerate(call.args):
         if i > 2:
@@ -258,8 +258,8 @@ def _literal_node(node: ast.AST, ev: _Evaluator) -> ast.AST:
     return node
 
 
-def _build_spec(source: str, call: ast.Call, ev: _Evaluator) -> BuildSpec:
-    spec = BuildSpec(line=call.lineno)
+def _build_spec(source: str, call: ast.Call, ev: _Evaluator) -> RecoveredBuild:
+    spec = RecoveredBuild(line=call.lineno)
     for name, node in _args_of(call, ev, spec).items():
         kind = _SOURCE_KWS.get(name, "cpp" if name.startswith("positional") else None)
         is_flags = name in _FLAG_KWS or name in ("extra_include_paths", "build_directory")
@@ -286,7 +286,7 @@ def _build_spec(source: str, call: ast.Call, ev: _Evaluator) -> BuildSpec:
     return spec
 
 
-def find_builds(source: str, sym: Symbols) -> list[BuildSpec]:
+def find_builds(source: str, sym: Symbols) -> list[RecoveredBuild]:
     """Every ``load_inline`` call in the candidate, with what could be recovered of its arguments."""
     ev = _Evaluator(sym)
     return [

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from musaenv import _env
-from musaenv.backends.warmup import wait_background
+from musaenv.build.warmup import wait_background
 from musaenv.config import EvalConfig, TimingConfig
-from musaenv.evaluator.integrity import read_sealed
 from musaenv.evaluator.local import LocalEvaluator
+from musaenv.isolation.integrity import read_sealed
 from musaenv.rewards import candidate_score
 from musaenv.tasks.builtin import get_task
 from musaenv.types import EvalResult, Stage

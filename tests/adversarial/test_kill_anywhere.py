@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from musaenv.backends.warmup import background_tree
+from musaenv.build.warmup import background_tree
 from musaenv.config import EvalConfig, TimingConfig
-from musaenv.evaluator import tempdirs
 from musaenv.evaluator.local import LocalEvaluator
-from musaenv.evaluator.proctree import descendants
+from musaenv.isolation import tempdirs
+from musaenv.isolation.proctree import descendants
 from musaenv.tasks.builtin import get_task, solution_source
 from musaenv.types import Stage
 
@@ -117,7 +117,7 @@ def _known(e: LocalEvaluator) -> set[int]:
 
 def _builders() -> list[int]:
     ours = background_tree()  # a background header build is not the evaluation's builder
-    return [p for p in descendants(os.getpid()) if p not in ours and "musaenv.backends.builder" in _cmdline(p)]
+    return [p for p in descendants(os.getpid()) if p not in ours and "musaenv.build.builder" in _cmdline(p)]
 
 
 def _run_with_killer(
@@ -234,7 +234,7 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
     def ready() -> bool:
         procs = [_cmdline(p) for p in _tagged(tag)]
         if moment == "build":
-            return any("musaenv.backends.builder" in c for c in procs)
+            return any("musaenv.build.builder" in c for c in procs)
         # "run", "run+server": the candidate spins in a forked worker
         return any(_busy_worker(p) for p in _tagged(tag) if p != proc.pid)
 
@@ -243,7 +243,7 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
         time.sleep(0.05)
     assert proc.poll() is None, "the evaluation ended before the moment to kill it"
     if moment == "run+server":  # as Ray kills a dead actor's children: the server goes first, it cannot clean up
-        servers = [p for p in _tagged(tag) if "musaenv.evaluator.forkserver" in _cmdline(p) and not _is_fork(p)]
+        servers = [p for p in _tagged(tag) if "musaenv.isolation.forkserver" in _cmdline(p) and not _is_fork(p)]
         for p in servers:  # found first: once a server is gone its orphaned workers no longer look forked
             os.kill(p, signal.SIGKILL)
     proc.kill()
@@ -262,7 +262,7 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
 
 
 def _busy_worker(pid: int) -> bool:
-    from musaenv.evaluator.proctree import cpu_seconds
+    from musaenv.isolation.proctree import cpu_seconds
 
     return "forkserver" in _cmdline(pid) and os.getppid() != pid and (cpu_seconds(pid) or 0.0) > 1.0 and _is_fork(pid)
 
@@ -342,7 +342,7 @@ class ModelNew(torch.nn.Module):
 def test_stopped_worker_is_infra_error(ev: LocalEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker stopped from outside (SIGSTOP: its CPU and own time stop, wall time goes on) ends at the wall-clock
     backstop as the host's infra_error, never as the candidate's timeout; a retry on a fresh worker is right."""
-    from musaenv.evaluator import limits
+    from musaenv.isolation import limits
 
     monkeypatch.setattr(limits, "BACKSTOP_FACTOR", 1.0)
     monkeypatch.setattr(limits, "BACKSTOP_EXTRA_S", 2.0)

@@ -12,9 +12,9 @@ import importlib.util
 import pytest
 
 from musaenv.backends import BackendInfo
-from musaenv.backends.builder import _musa_kwargs
-from musaenv.backends.loader import BuildSpec, build_extension
 from musaenv.backends.musa_port import port_source
+from musaenv.build.builder import _musa_kwargs
+from musaenv.build.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source

@@ -23,7 +23,7 @@ FAST = EvalConfig(static_policy="off", run_timeout_s=30.0, timing=TimingConfig(r
 
 
 def test_static_extraction_matches_what_the_candidate_would_build() -> None:
-    from musaenv.backends.loader import BuildSpec
+    from musaenv.build.loader import BuildSpec
     from musaenv.tasks.parsing import extract_candidate
 
     code = extract_candidate(hazard_candidate("relu_ok"), 200_000).code

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from musaenv.backends.triton_aot import triton_aot_check
+from musaenv.build.triton_aot import triton_aot_check
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source
@@ -214,7 +214,7 @@ def test_aot_check_reports_a_compile_error_with_the_source_line():
 def test_aot_check_limits_cpu_seconds_and_a_stall_is_infra(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compile check is limited in CPU seconds of its child (a spinning candidate fails it); a child that only
     waits (here: sleeps, as a host too busy to run it would look) ends at the wall-clock backstop as infra_error."""
-    from musaenv.evaluator import limits
+    from musaenv.isolation import limits
 
     task = get_task("l1_relu").source
     spin = triton_aot_check(task, "while True:\n    pass\n", timeout_s=4.0)

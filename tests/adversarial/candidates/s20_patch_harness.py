@@ -4,7 +4,7 @@ import sys
 
 from adversarial import ext
 
-# The worker runs as __main__ (fresh interpreter) or as musaenv.evaluator.worker (forked): patch whichever it is.
+# The worker runs as __main__ (fresh interpreter) or as musaenv.worker.candidate (forked): patch whichever it is.
 for worker in list(sys.modules.values()):
     if hasattr(worker, "_check_outputs") and hasattr(worker, "run_candidate"):
         worker._check_outputs = lambda *args, **kwargs: []

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from musaenv.config import EvalConfig, TimingConfig
-from musaenv.evaluator.channel import Channel, ProtocolError
 from musaenv.evaluator.plan import first_use_calls, make_plan
+from musaenv.isolation.channel import Channel, ProtocolError
 from musaenv.tasks.builtin import get_task
 
 

@@ -139,7 +139,7 @@ def test_evaluators_of_one_device_share_its_slot(double: type[SlowDouble], relu:
 
 def _worker_pids() -> list[int]:
     """Worker processes under this one: fresh interpreters, fork servers and the workers they forked."""
-    from musaenv.evaluator.proctree import descendants
+    from musaenv.isolation.proctree import descendants
 
     pids = []
     for pid in descendants(os.getpid()):
@@ -147,7 +147,7 @@ def _worker_pids() -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"musaenv.evaluator.worker" in cmd or b"musaenv.evaluator.forkserver" in cmd:
+        if b"musaenv.worker.candidate" in cmd or b"musaenv.isolation.forkserver" in cmd:
             pids.append(pid)
     return pids
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from musaenv.evaluator.candidate import CandidateRun
-from musaenv.evaluator.messages import Timing
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.evaluator.verdict import (
     attach_timing,
@@ -18,6 +17,7 @@ from musaenv.evaluator.verdict import (
     judge,
     timed_outputs_agree,
 )
+from musaenv.isolation.messages import Timing
 from musaenv.types import Stage, TimingStats
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings
 

@@ -7,9 +7,9 @@ import pytest
 
 from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import PhaseUsage, over_budget
-from musaenv.evaluator.messages import Timing
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.evaluator.verdict import judge
+from musaenv.isolation.messages import Timing
 from musaenv.types import EvalResult, Stage, TimingStats
 from musaenv.verification.runtime import RuntimeSettings
 

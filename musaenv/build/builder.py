@@ -1,0 +1,238 @@
+"""Builder subprocess: ``python -m musaenv.build.builder TMPDIR``.
+
+Reads ``TMPDIR/spec.json``, builds it into ``TMPDIR`` (a private build directory, so no lock is ever shared)
+and writes ``TMPDIR/result.json``. Build modes ``fast`` and ``pch`` drive the compiler directly with torch's
+own flags (:mod:`musaenv.build.fastbuild`, no torch import once the flag template is cached); mode
+``torch``, and any build those cannot take, goes through torch's own ``load_inline`` with its final import
+switched off: nothing of the candidate is ever imported or run here. MUSA builds with device sources go through
+torch_musa's ``load_inline`` (``musa_sources``, compiled by mcc), equally without the import.
+
+The whole build runs confined (:mod:`musaenv.isolation.build_jail`: its own pid namespace or a subreaper, tied to
+the parent's life, the worker's sandbox with exec allowed, writes only below ``TMPDIR`` and the header store).
+The parent enforces the timeout and kills this process's whole session when it is exceeded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import inspect
+import json
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from musaenv.isolation.build_jail import run_confined
+
+log = logging.getLogger("musaenv.build.builder")
+
+# The builder runs as ``__main__`` under a bare ``musaenv`` package object: ``musaenv/__init__`` registers the envs
+# with Gymnasium, which imports NumPy (~0.15 s of CPU, a twentieth of a cached build) that no build needs. Builds
+# import submodules only (``from musaenv import _env`` finds the submodule through the package's ``__path__``).
+_LAUNCH = (
+    "import runpy, sys, types\n"
+    "pkg = types.ModuleType('musaenv'); pkg.__path__ = [sys.argv[1]]; sys.modules['musaenv'] = pkg\n"
+    "mod = sys.argv[2]; sys.argv = [mod, *sys.argv[3:]]\n"
+    "runpy.run_module(mod, run_name='__main__', alter_sys=True)\n"
+)
+
+
+def builder_command(tmp: Path) -> list[str]:
+    """The command line of a builder on ``tmp`` (its cmdline names this module, as ``-m`` would)."""
+    return [sys.executable, "-c", _LAUNCH, str(Path(__file__).resolve().parents[1]), __name__, str(tmp)]
+
+
+def _fast(spec: dict[str, Any], tmp: Path) -> dict[str, object] | None:
+    if spec.get("build_mode", "fast") not in ("fast", "pch") or not spec.get("pch_cache"):
+        return None
+    try:
+        from musaenv.build.fastbuild import fast_build
+
+        res = fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), spec.get("build_mode", "fast"))
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # torch's path cannot write either: say so now, not minutes later
+            return {"ok": False, "log": f"the fast build could not write its files: {e}", "tier": "fast"}
+        log.warning("fast build failed, using load_inline:\n%s", traceback.format_exc())
+        return None
+    except Exception:  # a harness bug must not cost the candidate its build: torch's path still works
+        log.warning("fast build failed, using load_inline:\n%s", traceback.format_exc())
+        return None
+    if res is None:
+        return None
+    return {"ok": res.ok, "log": res.log, "tier": res.tier, "steps": res.steps, "wanted": res.wanted}
+
+
+@contextlib.contextmanager
+def _no_import(module: Any) -> Iterator[None]:
+    """Let ``load_inline`` build without importing the result (its static constructors would run here)."""
+    original = getattr(module, "_import_module_from_library", None)
+    if original is None:
+        raise RuntimeError(f"{module.__name__} has no _import_module_from_library; cannot build without importing")
+    module._import_module_from_library = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        module._import_module_from_library = original
+
+
+def _torch(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    import torch.utils.cpp_extension as ce
+
+    accepted = set(inspect.signature(ce.load_inline).parameters)
+    kwargs = {
+        "cpp_sources": spec["cpp_sources"],
+        "cuda_sources": spec["cuda_sources"] or None,
+        "functions": spec["functions"],
+        "extra_cflags": spec["extra_cflags"] or None,
+        "extra_cuda_cflags": spec["extra_cuda_cflags"] or None,
+        "extra_ldflags": spec["extra_ldflags"] or None,
+        "extra_include_paths": spec["extra_include_paths"] or None,
+        "with_cuda": spec["with_cuda"],
+    }
+    kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    try:
+        with _no_import(ce):
+            ce.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
+    except Exception as e:  # compiler errors arrive as RuntimeError carrying the compiler output
+        return {"ok": False, "log": f"{type(e).__name__}: {e}", "tier": "torch"}
+    return {"ok": True, "log": "", "tier": "torch"}
+
+
+_MUSA_MISSING = (
+    "the MUSA backend builds with torch_musa's load_inline (torch_musa.utils.musa_extension), and torch_musa is "
+    "not importable in the builder: install Moore Threads' torch_musa wheel matching your torch and the MUSA SDK "
+    "(mcc under MUSA_HOME, default /usr/local/musa)"
+)
+
+
+def _musa_kwargs(spec: dict[str, Any], accepted: set[str]) -> dict[str, Any] | str:
+    """torch_musa's ``load_inline`` keywords for a spec, or why they cannot be formed."""
+    kwargs: dict[str, Any] = {
+        "cpp_sources": spec["cpp_sources"],
+        "functions": spec["functions"],
+        "extra_cflags": spec["extra_cflags"] or None,
+        "extra_ldflags": spec["extra_ldflags"] or None,
+        "extra_include_paths": spec["extra_include_paths"] or None,
+    }
+    # The device sources and flags: torch_musa spells them musa_*; older releases may take CUDA's spelling.
+    for ours, names in (("cuda_sources", ("musa_sources", "cuda_sources")),
+                        ("extra_cuda_cflags", ("extra_musa_cflags", "extra_cuda_cflags"))):  # fmt: skip
+        if not spec[ours]:
+            continue
+        target = next((n for n in names if n in accepted), None)
+        if target is None:
+            return f"this torch_musa's load_inline takes none of {names}; cannot pass the MUSA sources"
+        kwargs[target] = spec[ours]
+    return {k: v for k, v in kwargs.items() if k in accepted and v is not None}
+
+
+def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    try:
+        from torch_musa.utils import musa_extension as me
+    except Exception as e:  # missing, or broken against this torch
+        return {"ok": False, "log": f"{_MUSA_MISSING} ({type(e).__name__}: {e})", "tier": "musa", "infra": True}
+    kwargs = _musa_kwargs(spec, set(inspect.signature(me.load_inline).parameters))
+    if isinstance(kwargs, str):
+        return {"ok": False, "log": kwargs, "tier": "musa", "infra": True}
+    try:
+        with _no_import(me):
+            me.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
+    except Exception as e:  # mcc/g++ errors arrive as RuntimeError carrying the compiler output
+        return {"ok": False, "log": f"{type(e).__name__}: {e}", "tier": "musa"}
+    return {"ok": True, "log": "", "tier": "musa"}
+
+
+def _cuda_split(spec: dict[str, Any], tmp: Path, compile_only: bool) -> dict[str, object] | None:
+    """A CUDA spec built through the split (:mod:`musaenv.build.cuda_fast`); ``None``: build it as written."""
+    if spec.get("build_mode", "fast") != "fast" or not spec.get("pch_cache") or spec.get("backend") == "musa":
+        return None
+    try:
+        from musaenv.build.cuda_fast import cuda_fast_build
+
+        arch = None
+        if not compile_only:  # torch's own architecture list (TORCH_CUDA_ARCH_LIST or the visible devices)
+            from torch.utils.cpp_extension import _get_cuda_arch_flags
+
+            arch = _get_cuda_arch_flags(list(spec.get("extra_cuda_cflags") or []))
+        res = cuda_fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), arch_flags=arch)
+    except Exception:  # a harness bug must not cost the candidate its build: the unsplit build still decides
+        log.warning("CUDA split build failed, building as written:\n%s", traceback.format_exc())
+        return None
+    if res is None:
+        return None
+    return {"ok": res.ok, "log": res.log, "tier": "cuda_split", "steps": res.steps, "seconds": res.seconds,
+            "wanted": res.wanted}  # fmt: skip
+
+
+def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    """The CUDA compile-only check (no GPU here), run confined like any build: the split build when it says the
+    source builds, else the check of the source as written, whose output is the verdict."""
+    from musaenv.build.cuda_compile import cuda_compile_check
+
+    fast = _cuda_split(spec, tmp, compile_only=True)
+    if fast is not None:
+        return fast
+    check = cuda_compile_check(
+        spec["cpp_sources"], spec["cuda_sources"], spec["functions"],
+        extra_cuda_cflags=spec["extra_cuda_cflags"], extra_cflags=spec["extra_cflags"],
+        extra_include_paths=spec["extra_include_paths"], timeout_s=float(spec.get("timeout_s") or 300),
+        extra_ldflags=spec["extra_ldflags"],
+    )  # fmt: skip
+    steps = [s if isinstance(s, dict) else str(s) for s in check.steps]
+    return {"ok": check.ok, "log": check.log, "tier": "compile_only", "steps": steps,
+            "inconclusive": check.inconclusive or ""}  # fmt: skip
+
+
+def _build(tmp: Path) -> dict[str, object]:
+    spec = json.loads((tmp / "spec.json").read_text())
+    if spec.get("warmup"):  # our own headers and binding objects only (musaenv.build.warmup)
+        from musaenv.build.warmup import run_items
+
+        if spec.get("background"):
+            os.nice(10)  # behind the candidates' builds
+        rows = run_items(spec["warmup"], Path(spec["pch_cache"]), lambda line: log.info("warmup: %s", line))
+        return {"ok": all(r["ok"] for r in rows), "log": "", "tier": "warmup", "rows": rows}
+    if spec.get("compile_only"):
+        return _compile_only(spec, tmp)
+    if spec.get("backend") == "musa" and (spec.get("cuda_sources") or spec.get("with_cuda")):
+        return _musa(spec, tmp)  # device code goes to mcc, never to nvcc
+    if spec.get("cuda_sources"):
+        return _cuda_split(spec, tmp, compile_only=False) or _torch(spec, tmp)
+    return _fast(spec, tmp) or _torch(spec, tmp)
+
+
+def _build_and_report(tmp: Path, confinement: dict[str, Any]) -> int:
+    try:
+        result = _build(tmp)
+    except BaseException:  # the harness must always leave a readable result
+        result = {"ok": False, "log": traceback.format_exc()}
+    result["confinement"] = confinement
+    (tmp / "result.json").write_text(json.dumps(result))
+    return 0 if result["ok"] else 1
+
+
+def main(argv: list[str]) -> int:
+    """Entry point; returns the process exit code."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tmp = Path(argv[0]).resolve()
+    job = json.loads((tmp / "spec.json").read_text())
+    writable = [Path(job["pch_cache"])] if job.get("pch_cache") else []
+    for d in writable:
+        d.mkdir(parents=True, exist_ok=True)
+    if job.get("confine") is False:  # configure_builds(confine=False): measurement of the sandbox's cost only
+        return _build_and_report(tmp, {"confined": False})
+    return run_confined(
+        lambda report: _build_and_report(tmp, report),
+        tmp,
+        parent_pid=int(job.get("parent_pid") or 0),
+        writable=writable,
+        cpu_s=max(1, int(float(job.get("timeout_s") or 300))),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

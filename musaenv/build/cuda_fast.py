@@ -1,0 +1,278 @@
+"""Fast builds of CUDA ``load_inline`` candidates: device code without torch's headers, host code like C++.
+
+``load_inline`` hands ``cuda.cu`` (torch's headers, then the candidate's kernels and launchers) to nvcc, which spends
+~30 s of the 2-core CI machine on torch's headers before any kernel code, and compiles ``main.cpp`` (all of
+``torch/extension.h`` and the pybind11 module) beside it. Here the CUDA source is split
+(:mod:`musaenv.build.cuda_split`) and built in three parts that run at the same time:
+
+* ``device``: nvcc on the kernels and their launch shims, no torch header (torch's nvcc flags and defines, the
+  candidate's nvcc flags; one ``-arch`` for a compile-only check, torch's architecture list for a real build).
+* ``host``: g++ on the launchers (torch's compile flags for the candidate, a precompiled ``torch/types.h``, the
+  macros of torch's and the candidate's nvcc flags), kernel launches going through the shims.
+* ``main``: the candidate's ``cpp_sources`` and binding through the C++ fast path
+  (:func:`musaenv.build.fastbuild.fast_build`), whose link takes the two objects above and CUDA's libraries.
+
+A compile-only check links as :mod:`musaenv.build.cuda_link` does (every symbol resolved, libraries absent here
+stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. Either way the
+result only ever says "this builds": a source the split cannot place, and any failure of any part, returns
+``None``, and the caller builds the source as written (the full check, or ``load_inline``), whose output is then
+the verdict. Measured costs: ``docs/scaling.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from musaenv import _env
+from musaenv.build.cuda_compile import (
+    _ARCH_FLAG,
+    _CUDA_PRELUDE,
+    _finish,
+    _kill,
+    _run,
+    _start,
+    _Step,
+    _torch_build_flags,
+)
+from musaenv.build.cuda_link import judge_link, link_plan
+from musaenv.build.cuda_split import DEVICE_FILE, DEVICE_ORIGIN, CudaSplit, flags_allow_split, split_cuda
+from musaenv.build.fastbuild import fast_build, linking_with, split_overlay
+from musaenv.build.pch import CompileFlags, PchStore, torch_flags
+
+__all__ = ["CudaFastResult", "cuda_fast_build"]
+
+log = logging.getLogger(__name__)
+
+_MACRO_FLAG = re.compile(r"^-[DUI].")
+
+
+@dataclass
+class CudaFastResult:
+    """A CUDA candidate that built through the split.
+
+    Attributes:
+        seconds: Wall time of the whole build.
+        kernels: The kernels launched through shims.
+        tier: The C++ fast path's tier that built ``main.cpp`` (``split`` or ``pch``).
+        steps: What ran, with exit codes and seconds.
+        ok: False when the device unit's errors are the verdict (``log``: the compiler's output).
+        log: That verdict's log.
+        wanted: What the build went without (``split`` header, ``bind`` objects), for a background build.
+    """
+
+    seconds: float
+    kernels: tuple[str, ...]
+    tier: str
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    ok: bool = True
+    log: str = ""
+    wanted: list[str] = field(default_factory=list)
+
+
+class _Abandon(Exception):
+    """A part failed: the source is built as written instead (its output is the verdict)."""
+
+
+class _Verdict(_Abandon):
+    """The device compile failed with the candidate's own errors (:func:`device_verdict`): that is the verdict."""
+
+    def __init__(self, step: _Step, output: str) -> None:
+        super().__init__(output)
+        self.step, self.output = step, output
+
+
+_NVCC_ERROR = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$", re.M)
+# What nvcc says when a declaration is missing, which a header only the unsplit unit includes could explain.
+_NVCC_LOOKUP = re.compile(
+    r"undefined|not a member|has no member|no instance of|incomplete|not a template|not a (type|class|namespace)"
+    r"|explicit type is missing|no suitable|ambiguous|cannot open|no operator|declared|not allowed|qualifier|overload"
+)
+
+
+def device_verdict(output: str, prelude_lines: int) -> str | None:
+    """nvcc's output on the device unit as the candidate's verdict, or ``None`` when the unsplit check must decide.
+
+    It is the verdict when every error is in the candidate's own lines of ``cuda.cu`` (the device unit carries
+    ``#line`` marks, :mod:`musaenv.build.cuda_split`) and none is a name, member, type or overload not found:
+    the unsplit unit has torch's headers above the same code, and they can only add declarations.
+    """
+    errors = list(_NVCC_ERROR.finditer(output))
+    rest = re.sub(r"errors? detected in the compilation", "", _NVCC_ERROR.sub("", output))
+    if not errors or "error" in rest:
+        return None  # an error nvcc reports in another shape (a fatal one, the host compiler's): not ours to judge
+    for e in errors:
+        if e["file"] != DEVICE_ORIGIN or int(e["line"]) <= prelude_lines or _NVCC_LOOKUP.search(e["msg"]):
+            return None
+    return output.replace(f'compilation of "{DEVICE_FILE}"', f'compilation of "{DEVICE_ORIGIN}"')
+
+
+def _device_step(spec: dict[str, Any], cuda_home: Path, arch_flags: Sequence[str] | None) -> _Step:
+    """nvcc on the device part: torch's includes, defines and nvcc flags, the candidate's nvcc flags."""
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    includes, defines, std = _torch_build_flags()
+    user = [f"-I{Path(p).resolve()}" for p in spec.get("extra_include_paths") or ()]
+    system = [f for p in [*includes, str(cuda_home / "include")] for f in ("-isystem", p)]
+    flags = list(spec.get("extra_cuda_cflags") or ())
+    if arch_flags is None:  # compile-only: one architecture, as the full check uses
+        flags, arch = [f for f in flags if not _ARCH_FLAG.match(f)], ["-arch=sm_90"]
+    else:
+        arch = list(arch_flags)
+    cmd = [str(cuda_home / "bin" / "nvcc"), *user, *system, *defines, *COMMON_NVCC_FLAGS, "--compiler-options",
+           "-fPIC", *arch, "-c", "-o", "musaenv_device.o", *flags]  # fmt: skip
+    if not any(f.startswith("-std=") for f in cmd):
+        cmd.append(std)
+    return _Step("device", [*cmd, "musaenv_device.cu"])
+
+
+def _host_step(spec: dict[str, Any], flags: CompileFlags, pch: list[str], cache: Path, cuda_home: Path) -> _Step:
+    """g++ on the host part, with the macros nvcc would have defined for it (torch's and the candidate's)."""
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
+    _, defines, _ = _torch_build_flags()
+    macros = [f for f in [*COMMON_NVCC_FLAGS, *(spec.get("extra_cuda_cflags") or ())] if _MACRO_FLAG.match(f)]
+    macros += [d for d in defines if d.startswith("-DC10_CUDA")]  # the CPU wheel's c10/cuda switch, when needed
+    cmd = [*flags.cxx, *flags.cflags, "-I", str(split_overlay(cache)), *pch, "-isystem", str(cuda_home / "include"),
+           *macros, "-c", "musaenv_host.cpp", "-o", "musaenv_host.o"]  # fmt: skip
+    return _Step("host", cmd)
+
+
+def _compile_only_linker(
+    parts: list[_Step], tmp: Path, flags: CompileFlags, spec: dict[str, Any], cuda_home: Path, deadline: float,
+    steps: list[dict[str, Any]],
+) -> Any:  # fmt: skip
+    def link(objs: list[Path], out: Path) -> tuple[int, str]:
+        _await(parts, tmp, deadline, steps)
+        objects = [str(o) for o in objs] + ["musaenv_host.o", "musaenv_device.o"]
+        plan = link_plan(flags.cxx[0], objects, True, cuda_home, spec.get("extra_ldflags") or (), str(out))
+        step = _Step("link", plan.command, "; ".join(plan.notes))
+        _run([step], tmp, deadline)
+        ok, _ = judge_link(step.returncode, step.output, plan)
+        steps.append(step.record())
+        if not ok:
+            raise _Abandon(f"link: {step.output[-400:]}")
+        return 0, step.output
+
+    return link
+
+
+def _real_linker(
+    parts: list[_Step], tmp: Path, flags: CompileFlags, cuda_home: Path, deadline: float, steps: list[dict[str, Any]]
+) -> Any:
+    from torch.utils.cpp_extension import TORCH_LIB_PATH
+
+    cuda_lib = cuda_home / "lib64" if (cuda_home / "lib64").exists() else cuda_home / "lib"
+
+    def link(objs: list[Path], out: Path) -> tuple[int, str]:
+        _await(parts, tmp, deadline, steps)
+        cuda_libs = [f"-L{TORCH_LIB_PATH}", "-lc10_cuda", "-ltorch_cuda", f"-L{cuda_lib}", "-lcudart"]
+        cmd = [*flags.cxx, *map(str, objs), "musaenv_host.o", "musaenv_device.o", *flags.ldflags, *cuda_libs]
+        cmd += ["-o", str(out)]
+        step = _Step("link", cmd)
+        _run([step], tmp, deadline)
+        steps.append(step.record())
+        if step.returncode != 0:
+            raise _Abandon(f"link: {step.output[-400:]}")
+        return 0, step.output
+
+    return link
+
+
+def _await(parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]]) -> None:
+    """Wait for the device and host compiles; abandon the split when either failed (a device failure that is the
+    candidate's own error is the verdict, and the host compile is not waited for)."""
+    device = parts[0]
+    if device.returncode is None and not device.timed_out:
+        _finish(device, tmp, deadline)
+        steps.append(device.record())
+    own = device_verdict(device.output, len(_CUDA_PRELUDE)) if device.returncode not in (0, None) else None
+    if own is not None:
+        _kill(parts)
+        raise _Verdict(device, own)
+    for step in parts:
+        if step.returncode is None and not step.timed_out:
+            _finish(step, tmp, deadline)
+            steps.append(step.record())
+    failed = [s for s in parts if s.returncode != 0]
+    if failed:
+        raise _Abandon("; ".join(f"{s.name}: {s.output[-400:]}" for s in failed))
+
+
+def cuda_fast_build(
+    spec: dict[str, Any], name: str, tmp: Path, cache: Path, *, arch_flags: Sequence[str] | None = None
+) -> CudaFastResult | None:
+    """Build a CUDA spec through the split; ``None`` means "build it as written" (never a verdict by itself).
+
+    Args:
+        spec: A :class:`~musaenv.build.buildspec.BuildSpec` as a dict (``timeout_s`` bounds every step).
+        name: Module name (``TORCH_EXTENSION_NAME``); a real build writes ``tmp/<name>.so``.
+        tmp: Private build directory.
+        cache: The ``pch`` cache directory (precompiled headers and binding objects, shared with C++ builds).
+        arch_flags: nvcc architecture flags of a real build (torch's list); ``None`` for a compile-only check
+            (one architecture, the link resolved against the libraries present here).
+    """
+    cuda_home = _env.cuda_home()
+    if cuda_home is None or not spec.get("functions") or not spec.get("cpp_sources"):
+        return None
+    if not flags_allow_split(list(spec.get("extra_cuda_cflags") or ())):
+        return None
+    split = split_cuda("\n".join(spec.get("cuda_sources") or ()), _CUDA_PRELUDE)
+    if split is None:
+        return None
+    started = time.monotonic()
+    deadline = started + float(spec.get("timeout_s") or 300)
+    try:
+        flags = torch_flags(cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
+                            spec.get("extra_include_paths") or ())  # fmt: skip
+        return _build(spec, name, tmp, cache, split, flags, cuda_home, arch_flags, started, deadline)
+    except _Verdict as v:  # diagnosed once: the device unit's errors are the candidate's own
+        status = f"exit {v.step.returncode}"
+        head = f"== cuda: {shlex.join([v.step.command[0], DEVICE_ORIGIN])} ({status})\n" if arch_flags is None else (
+            f"RuntimeError: Error building extension '{name}': FAILED: cuda.cuda.o\n"
+        )  # fmt: skip
+        return CudaFastResult(round(time.monotonic() - started, 3), (), "", [v.step.record()], False, head + v.output)
+    except _Abandon as e:
+        log.info("CUDA split build of %s abandoned, building it as written: %s", name, str(e)[-300:])
+    except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
+        log.warning("CUDA split build unavailable, building as written: %s", e)
+    return None
+
+
+def _build(
+    spec: dict[str, Any], name: str, tmp: Path, cache: Path, split: CudaSplit, flags: CompileFlags, cuda_home: Path,
+    arch_flags: Sequence[str] | None, started: float, deadline: float,
+) -> CudaFastResult | None:  # fmt: skip
+    (tmp / "musaenv_device.cu").write_text(split.device)
+    (tmp / "musaenv_host.cpp").write_text(split.host)
+    steps: list[dict[str, Any]] = []
+    parts = [_device_step(spec, cuda_home, arch_flags)]
+    try:
+        _start(parts[0], tmp)  # nvcc runs while the precompiled header is looked up (or built)
+        store = PchStore(cache, deadline=deadline)
+        pch = store.include_flags("split", flags) or []
+        parts.append(_host_step(spec, flags, pch, cache, cuda_home))
+        _start(parts[1], tmp)
+        linker = (
+            _compile_only_linker(parts, tmp, flags, spec, cuda_home, deadline, steps)
+            if arch_flags is None
+            else _real_linker(parts, tmp, flags, cuda_home, deadline, steps)
+        )
+        cpp_spec = {**spec, "cuda_sources": [], "with_cuda": None}
+        with linking_with(linker):
+            res = fast_build(cpp_spec, name, tmp, cache, "fast")
+        if pch and parts[1].output:
+            store.check_used("split", flags, parts[1].output)
+    finally:
+        _kill(parts)
+    if res is None or not res.ok:
+        return None
+    steps += [{"name": f"main:{s.get('step')}", "returncode": s.get("rc")} for s in res.steps]
+    wanted = list(dict.fromkeys([*store.wanted, *res.wanted]))
+    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps, wanted=wanted)

@@ -1,0 +1,143 @@
+"""Which of a candidate's compiler flags a precompiled header or a cached binding object depends on.
+
+A candidate's flags used to key everything: a flag set never seen before built a precompiled ``torch/types.h``
+(~22 s CPU), a precompiled ``torch/extension.h`` (~48 s) and the binding objects (~14 s) before its own compile,
+about 3x slower than plain ``load_inline``. Most flags change none of those.
+
+**Precompiled headers** (GCC 12's rules, "Using Precompiled Headers" in the GCC manual, checked here with
+``-Winvalid-pch`` against the real compiler, ``tests/unit/build/test_flagkeys.py``):
+
+* *Macros* (``-D``/``-U``) are checked by GCC itself: a header that tests or expands a macro defined differently
+  at use is refused with ``not used because `X' is defined``, and the compile parses the real header instead
+  (correct, only slower). So macros are left out of the key; a macro GCC has refused once joins the key from then
+  on (:meth:`musaenv.build.pch.PchStore.sensitive_macros`).
+* *Optimisation levels* only matter through the macros they define: ``-O1``, ``-O2`` and ``-O3`` all define
+  ``__OPTIMIZE__`` and nothing else, and a header precompiled at ``-O2`` gives byte-identical code at ``-O3``
+  (tested); ``-O0`` (``__NO_INLINE__``), ``-Os``/``-Oz`` (``__OPTIMIZE_SIZE__``), ``-Og`` and ``-Ofast``
+  (fast-math changes the target option ``-mieee-fp``) are classes of their own.
+* *Warnings* are left out: torch's headers are ``-isystem``, so their warnings are never shown either way.
+* *Optimisation passes* (``-funroll-loops``, ``-ftree-vectorize``, ``-fno-strict-aliasing``, ``-ffp-contract=``,
+  ...: :data:`_CODEGEN_ONLY`) are left out: GCC runs them when it generates code, after the header is loaded, and
+  the code is byte-identical with and without a header built without them (tested).
+* Everything else stays in the key: target options (``-m...``, ``-march=native`` differs in ``-mabm``...),
+  ``-f...`` options (``-fopenmp`` defines ``_OPENMP`` and turns on the ``#pragma omp`` in ATen's headers;
+  ``-ffast-math`` changes ``-mieee-fp``, ``-fno-math-errno`` defines ``__NO_MATH_ERRNO__``, ``-fopenmp-simd``
+  changes how ``#pragma omp simd`` parses),
+  ``-std=``, ``-g``.
+* *Equivalent lists* key alike: of options of one family (``-O``, ``-std=``, ``-march=``, ``-fX``/``-fno-X``,
+  ...) the last wins, as in GCC, duplicates go, and the order of the rest does not matter.
+
+**Binding objects** (the ``PYBIND11_MODULE`` and ``m.def`` units, our own code) depend only on the flags that can
+change the ABI of the types they pass (``-std=``, ``-fno-exceptions``, ``-fno-rtti``, ``-fvisibility``, macros of
+the implementation or of torch/pybind11 such as ``_GLIBCXX_USE_CXX11_ABI``); they are always compiled at ``-O2``,
+so an unoptimised candidate (KernelBench's ``[""]``) links the same objects as an ``-O3`` one instead of paying
+~15 s for its own (its calls then cross an optimised binding, as fast as or faster than ``load_inline``'s).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+__all__ = ["bind_key_flags", "macro_name", "opt_class", "pch_key_flags", "refusal", "refused_macros", "strip_refusals"]
+
+# Representative of each optimisation class (the flag a shared header is built with); None: no -O at all.
+_OPT_CLASS = {"-O0": None, "-O": "-O2", "-O1": "-O2", "-O2": "-O2", "-O3": "-O2", "-Os": "-Os", "-Oz": "-Oz",
+              "-Og": "-Og", "-Ofast": "-Ofast"}  # fmt: skip
+_WARNING = re.compile(r"^(-W(?!l,|a,|p,).*|-w|-pedantic|-pedantic-errors)$")
+_MACRO = re.compile(r"^-[DU]([A-Za-z_]\w*)")
+# Optimisation passes only: GCC applies them when it generates code, at use (same code with and without a header
+# built without them, tested); none defines a macro or changes how a header parses.
+_CODEGEN_ONLY = re.compile(
+    r"^-f(no-)?(unroll-loops|unroll-all-loops|tree-vectorize|tree-loop-vectorize|tree-slp-vectorize"
+    r"|omit-frame-pointer|prefetch-loop-arrays|peel-loops|ipa-pta|strict-aliasing|inline-functions)$"
+    r"|^-f(vect-cost-model|fp-contract)="
+)
+# Macros that may change the layout or ABI of the standard library, torch or pybind11 types.
+_ABI_MACRO = re.compile(r"^(_|C10_|TORCH_|AT_|CAFFE2_|PYBIND11_|Py)")
+_ABI_FLAG = re.compile(r"^(-std=.*|-f(no-)?(exceptions|rtti|PIC|pic)|-fvisibility=.*|-fvisibility-inlines-hidden)$")
+_GCC_REFUSAL = re.compile(
+    r"^.*\.gch: (not used because|created and used with|created with|settings for|.*\[-Winvalid-pch\]).*$", re.MULTILINE
+)
+_REFUSED_MACRO = re.compile(r"not used because [`'‘]([A-Za-z_]\w*)['’]")
+
+
+def _family(tok: str) -> str:
+    """Options of one family override each other (the last one given wins, as in GCC)."""
+    if tok.startswith("-O"):
+        return "-O"
+    for prefix in ("-std=", "-march=", "-mtune=", "-fvisibility=", "-ffp-contract=", "-fvect-cost-model="):
+        if tok.startswith(prefix):
+            return prefix
+    m = re.match(r"^-([fm])(no-)?([\w+.\-]+)$", tok)
+    if m:
+        return f"-{m.group(1)}{m.group(3)}"
+    m = _MACRO.match(tok)
+    if m:
+        return f"macro:{m.group(1)}"
+    if tok.startswith("-g"):
+        return "-g"
+    return tok
+
+
+def _last_of_each(tokens: Iterable[str]) -> dict[str, str]:
+    chosen: dict[str, str] = {}
+    for tok in tokens:
+        fam = _family(tok)
+        chosen.pop(fam, None)  # the last one given wins
+        chosen[fam] = tok
+    return chosen
+
+
+def opt_class(tokens: Sequence[str]) -> str | None:
+    """The representative ``-O`` flag of a flag list's optimisation class (``None``: unoptimised)."""
+    level = _last_of_each(tokens).get("-O", "-O0")
+    return _OPT_CLASS.get(level, level)
+
+
+def macro_name(tok: str) -> str | None:
+    """The macro a ``-D``/``-U`` flag defines or undefines, else ``None``."""
+    m = _MACRO.match(tok)
+    return m.group(1) if m else None
+
+
+def pch_key_flags(tokens: Sequence[str], sensitive_macros: Iterable[str] = ()) -> tuple[str, ...]:
+    """The candidate flags a precompiled header is built with (and keyed on); see the module docstring."""
+    keep_macros = set(sensitive_macros)
+    out: list[str] = []
+    for fam, tok in _last_of_each(tokens).items():
+        if fam == "-O" or _WARNING.match(tok) or _CODEGEN_ONLY.match(tok):
+            continue
+        name = macro_name(tok)
+        if name is not None and name not in keep_macros:
+            continue
+        out.append(tok)
+    level = opt_class(tokens)
+    return tuple(sorted(out + ([level] if level else [])))
+
+
+def bind_key_flags(tokens: Sequence[str]) -> tuple[str, ...]:
+    """The candidate flags the binding objects are compiled with (and keyed on); see the module docstring."""
+    out = ["-O2"]
+    for tok in _last_of_each(tokens).values():
+        name = macro_name(tok)
+        if (name is not None and _ABI_MACRO.match(name)) or _ABI_FLAG.match(tok):
+            out.append(tok)
+    return tuple(sorted(out))
+
+
+def refusal(compiler_output: str) -> list[str]:
+    """GCC's ``-Winvalid-pch`` lines: why a precompiled header was not used (empty when it was)."""
+    return [m.group(0).strip() for m in _GCC_REFUSAL.finditer(compiler_output)]
+
+
+def refused_macros(lines: Iterable[str]) -> set[str]:
+    """Macros named by GCC's refusals (``not used because `X' is defined``)."""
+    return {m.group(1) for line in lines for m in _REFUSED_MACRO.finditer(line)}
+
+
+def strip_refusals(compiler_output: str) -> str:
+    """Compiler output without the ``-Winvalid-pch`` lines (they are ours, not the candidate's)."""
+    return "\n".join(line for line in compiler_output.splitlines() if not _GCC_REFUSAL.match(line)) + (
+        "\n" if compiler_output.endswith("\n") else ""
+    )

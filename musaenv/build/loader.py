@@ -1,0 +1,420 @@
+"""musaenv's wrapper of torch's C++ extension loader (parent side).
+
+Every ``load_inline(...)`` a candidate makes is turned into a :class:`BuildSpec`, named by a content hash
+of its sources, flags and toolchain, and built by :func:`build_extension`:
+
+* **Private build dir.** Each build runs in a fresh temporary directory, so torch's ``lock`` file is never
+  shared: a build killed half-way leaves only a stale temp dir (swept later), never a lock that hangs the
+  next build of that name.
+* **Content-addressed cache.** The finished ``.so`` is moved atomically to ``<cache>/ext/<name>/<name>.so``;
+  any later request with the same content, from any episode or process, is a cache hit (no compiler run).
+  Different code never shares a name, so two candidates can never load each other's module.
+* **Installed and vouched for by the parent.** The confined builder writes only its private directory; this
+  process copies the module into the cache and seals its sha256 in ``manifest.json``
+  (:mod:`musaenv.isolation.integrity`), checked before every hit. A module that does not match is rebuilt.
+* **CPU-second limit, wall-clock backstop.** The build runs in its own process session; the whole tree is killed
+  when it used more than ``timeout_s`` CPU seconds (the candidate's ``compile_error``) or, failing that, at the
+  wall-clock backstop of :func:`musaenv.isolation.limits.backstop_s` (a host too slow: ``infra_error``, retried).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from musaenv import _env
+from musaenv._env import ext_cache_root, pch_cache_root
+from musaenv.build.builder import builder_command
+from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
+from musaenv.build.warmup import start_background
+from musaenv.isolation.integrity import file_sha256, read_sealed, write_sealed
+from musaenv.isolation.limits import backstop_s, watch_process
+
+__all__ = [
+    "BUILD_MODES",
+    "BuildOutcome",
+    "BuildSpec",
+    "build_extension",
+    "configure_builds",
+    "default_build_parallelism",
+    "export_artifact",
+    "ext_cache_root",
+    "import_artifact",
+    "pch_cache_root",
+    "sweep_stale_builds",
+    "toolchain_fingerprint",
+]
+
+log = logging.getLogger(__name__)
+
+_STALE_BUILD_AGE_S = 6 * 3600
+_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device", as compilers and the linker print it
+BUILD_MODES = ("fast", "pch", "torch")
+# Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
+# ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
+_BUILD_MEMORY_GB = 1.5
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """Result of :func:`build_extension`.
+
+    Attributes:
+        ok: True when the module was built (or, for compile-only specs, compiled cleanly).
+        name: Module name (content hash).
+        so_path: Path of the loadable module, when there is one.
+        log: Compiler output (errors verbatim) or why the build failed.
+        seconds: Wall time spent on this request.
+        cached: True when the artifact came from the cache.
+        timed_out: True when the build hit its time limit.
+        infra_error: True when the harness failed (the builder could not run), not the candidate's sources.
+        extra: JSON-safe details (e.g. compile-only steps).
+    """
+
+    ok: bool
+    name: str
+    so_path: str | None = None
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    timed_out: bool = False
+    infra_error: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict."""
+        return asdict(self)
+
+
+def default_build_parallelism() -> int:
+    """Builds to run at once: one per core, fewer when available memory is short (1.5 GB per build)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        with open("/proc/meminfo") as f:
+            avail_kb = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+        by_memory = int(avail_kb / 1024**2 / _BUILD_MEMORY_GB)
+    except (OSError, StopIteration, ValueError):
+        by_memory = cores
+    return max(1, min(cores, by_memory))
+
+
+class _BuildSettings:
+    """Process-wide build settings: the build mode and a semaphore bounding concurrent compiler runs."""
+
+    def __init__(self) -> None:
+        self.mode = "fast"
+        self.confine = True
+        self.max_parallel = default_build_parallelism()
+        self.slots = threading.BoundedSemaphore(self.max_parallel)
+
+
+_SETTINGS = _BuildSettings()
+
+
+def configure_builds(
+    mode: str | None = None, max_parallel: int | None = None, *, confine: bool | None = None
+) -> tuple[str, int]:
+    """Set this process's default build mode and its bound on concurrent builds; returns the settings in force.
+
+    Args:
+        mode: ``fast`` (our compiler driving with precompiled headers and a split binding; the default),
+            ``pch`` (torch's ``main.cpp`` with a precompiled header) or ``torch`` (torch's ``load_inline``).
+            ``fast`` and ``pch`` fall back to ``torch`` by themselves when they cannot run.
+        max_parallel: Builds running at once in this process (cache hits never wait for a slot).
+        confine: ``False`` runs builds without the build sandbox (:mod:`musaenv.isolation.build_jail`). Only for
+            measuring what the sandbox costs (``benchmarks/build_sandbox_cost.py``); never with candidate code.
+
+    Raises:
+        ValueError: an unknown mode or a bound below 1.
+    """
+    if confine is not None:
+        _SETTINGS.confine = confine
+        if not confine:
+            log.warning("builds run WITHOUT the build sandbox: only for measurement, never for candidates")
+    if mode is not None:
+        if mode not in BUILD_MODES:
+            raise ValueError(f"build mode must be one of {BUILD_MODES}, found {mode!r}")
+        _SETTINGS.mode = mode
+    if max_parallel is not None:
+        if max_parallel < 1:
+            raise ValueError(f"max_parallel must be >= 1, found {max_parallel}")
+        _SETTINGS.max_parallel = max_parallel
+        _SETTINGS.slots = threading.BoundedSemaphore(max_parallel)
+    return _SETTINGS.mode, _SETTINGS.max_parallel
+
+
+def sweep_stale_builds(root: Path | None = None, max_age_s: float = _STALE_BUILD_AGE_S) -> int:
+    """Remove temporary build dirs left by builds that were killed; returns how many were removed."""
+    tmp = (root or ext_cache_root()) / "tmp"
+    removed = 0
+    if not tmp.is_dir():
+        return 0
+    now = time.time()
+    for d in tmp.iterdir():
+        try:
+            if now - d.stat().st_mtime > max_age_s:
+                shutil.rmtree(d, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def build_extension(
+    spec: BuildSpec, timeout_s: float = 300.0, root: Path | None = None, mode: str | None = None
+) -> BuildOutcome:
+    """Build ``spec`` (or fetch it from the cache). Never raises for a bad spec: failures are outcomes.
+
+    Args:
+        spec: What to build.
+        timeout_s: CPU seconds the build's whole process tree may use (a compile error past it); a wall-clock
+            backstop of ``3 * timeout_s + 30`` s ends a build the host stalled (``infra_error``, not cached).
+        root: Extension cache directory (default :func:`ext_cache_root`).
+        mode: Build mode (see :func:`configure_builds`); ``None`` uses the process default.
+    """
+    root = root or ext_cache_root()
+    name = spec.name
+    start = time.perf_counter()
+    if spec.compile_only:
+        return _compile_only(spec, name, root / name, timeout_s, start)
+    hit = _cache_lookup(root, name, start)
+    if hit is not None:
+        return hit
+    with _SETTINGS.slots:  # bounded concurrent compiles; another thread may have built it while we waited
+        hit = _cache_lookup(root, name, start)
+        if hit is not None:
+            return hit
+        try:
+            return _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start)
+        except OSError as e:  # an unwritable or full cache: the machine's problem, said plainly, never a verdict
+            msg = f"the build cache {root} cannot be written ({e}); set MUSAENV_CACHE_DIR to a writable directory"
+            log.error("%s", msg)
+            return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
+
+
+def _verified_artifact(root: Path, name: str) -> Path | None:
+    """The cached module when the parent's sealed manifest vouches for its content; else the entry is dropped."""
+    so_path = root / name / f"{name}.so"
+    if not so_path.exists():
+        return None
+    with _entry_lock(root / name, fcntl.LOCK_SH):  # not half-way through another process's install (_install)
+        manifest = read_sealed(root / name / "manifest.json", "ext")
+        try:
+            ok = manifest is not None and manifest.get("name") == name and manifest["sha256"] == file_sha256(so_path)
+        except (OSError, KeyError):  # unreadable, or a record of an older release
+            ok = False
+        if not ok:
+            log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
+            with contextlib.suppress(OSError):
+                so_path.unlink()
+    return so_path if ok else None
+
+
+@contextlib.contextmanager
+def _entry_lock(entry: Path, how: int) -> Iterator[None]:
+    """Hold ``flock(how)`` on a cache entry's lock file; without one (a read-only cache) no lock is held."""
+    try:
+        lock = open(entry / ".install.lock", "a")  # noqa: SIM115 - closed below
+    except OSError:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, how)
+        yield
+
+
+def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
+    so_path = _verified_artifact(root, name)
+    if so_path is not None:
+        return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
+    failed = read_sealed(root / name / "failed.json", "ext_failed")
+    if failed and failed.get("name") == name:  # compile errors are deterministic: the same sources fail the same way
+        return BuildOutcome(
+            False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start, cached=True
+        )
+    return None
+
+
+def export_artifact(name: str, root: Path | None = None) -> dict[str, Any] | None:
+    """A cached build in a shippable form (another node's cache, :mod:`musaenv.evaluator.ray_artifacts`):
+    ``{"name", "so": bytes}`` for a verified module, ``{"name", "failed": log}`` for a sealed compile error, or
+    ``None`` when there is nothing trustworthy to ship."""
+    root = root or ext_cache_root()
+    so_path = _verified_artifact(root, name)
+    if so_path is not None:
+        return {"name": name, "so": so_path.read_bytes()}
+    failed = read_sealed(root / name / "failed.json", "ext_failed")
+    if failed and failed.get("name") == name:
+        return {"name": name, "failed": str(failed.get("log", ""))}
+    return None
+
+
+def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
+    """Install a shipped build (from :func:`export_artifact` on another node) into this cache, sealed by this
+    node's key like a local build; returns False when it was not new or not a valid artifact."""
+    root = root or ext_cache_root()
+    name = str(artifact.get("name", ""))
+    if not name.startswith("musaenv_") or "/" in name or _cache_lookup(root, name, 0.0) is not None:
+        return False
+    final_dir = root / name
+    if isinstance(artifact.get("so"), bytes) and artifact["so"]:
+        final_dir.mkdir(parents=True, exist_ok=True)
+        staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
+        staged.write_bytes(artifact["so"])
+        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+        os.replace(staged, final_dir / f"{name}.so")
+        return True
+    if isinstance(artifact.get("failed"), str):
+        write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": artifact["failed"]})
+        return True
+    return False
+
+
+def _install(tmp: Path, name: str, final_dir: Path) -> Path:
+    """Copy a built module into the shared cache and seal its digest in the manifest (the parent alone does this)."""
+    final_dir.mkdir(parents=True, exist_ok=True)
+    staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
+    shutil.copy2(tmp / f"{name}.so", staged)
+    # Another process may install the same name at the same moment (one cache dir, two evaluators): the manifest
+    # and the module it vouches for are replaced together under a lock, so they never come from different builds.
+    with _entry_lock(final_dir, fcntl.LOCK_EX):
+        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+        os.replace(staged, final_dir / f"{name}.so")
+    return final_dir / f"{name}.so"
+
+
+def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: str, start: float) -> BuildOutcome:
+    final_dir = root / name
+    tmp = root / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        job = {**spec.to_dict(), "name": name, "build_mode": mode, "pch_cache": str(pch_cache_root()),
+               "timeout_s": timeout_s, "parent_pid": os.getpid(), "confine": _SETTINGS.confine}  # fmt: skip
+        (tmp / "spec.json").write_text(json.dumps(job))
+        rc, over = _run_builder(tmp, timeout_s)
+        seconds = time.perf_counter() - start
+        result = _read_json(tmp / "result.json")
+        build_log = str(result.get("log", "")) or _tail(tmp / "builder.log")
+        extra = {"tier": result.get("tier"), "steps": result.get("steps", [])} if result else {}
+        if result.get("wanted") and over is None:  # headers this build went without: built for the next one
+            start_background([str(k) for k in result["wanted"]], spec.to_dict())
+        if over == "backstop":  # the host stalled the build: retried, never the candidate's verdict or cached
+            msg = f"the build ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than its "
+            msg += f"{timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True, infra_error=True)
+        if over == "cpu":
+            msg = f"compilation used more than its {timeout_s:.0f} s CPU limit and was killed"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
+        if result.get("infra"):  # the toolchain is missing here: not the candidate's fault, never cached
+            return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
+        if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
+            why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
+            return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
+        if _DISK_FULL in build_log:  # the host's disk, not the candidate's sources (an RLIMIT_FSIZE kill is theirs)
+            msg = f"the disk filled during the build (not the candidate):\n{build_log}"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
+        if rc != 0 or not result.get("ok") or not (tmp / f"{name}.so").exists():
+            if rc < 0:
+                build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
+                build_log += _tail(tmp / "builder.log")
+            elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
+                write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": build_log})
+            return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
+        so_path = _install(tmp, name, final_dir)
+        return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
+    """Run the builder on ``tmp``; returns its exit code and which limit ended it (``cpu``, ``backstop``, None)."""
+    from musaenv.isolation.proctree import kill_tree
+
+    with open(tmp / "builder.log", "wb") as out:
+        proc = subprocess.Popen(
+            builder_command(tmp),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=str(tmp),
+            env=_env.child_env(),
+        )
+        try:
+            over = watch_process(proc, timeout_s)
+        finally:  # also on KeyboardInterrupt: no build outlives its request
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.wait()
+        return proc.returncode, over
+
+
+def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float) -> BuildOutcome:
+    from musaenv.build.cuda_compile import CHECK_VERSION
+
+    verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
+    cached = read_sealed(verdict, f"compile_only:{name}")
+    if cached:
+        return BuildOutcome(
+            bool(cached["ok"]),
+            name,
+            log=cached.get("log", ""),
+            cached=True,
+            seconds=time.perf_counter() - start,
+            extra=cached.get("extra", {}),
+        )
+    tmp = final_dir.parent / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:  # the compilers run confined, like every build (musaenv.isolation.build_jail)
+        job = {**spec.to_dict(), "name": name, "timeout_s": timeout_s, "parent_pid": os.getpid(),
+               "confine": _SETTINGS.confine}  # fmt: skip
+        job |= {"build_mode": _SETTINGS.mode, "pch_cache": str(pch_cache_root())}  # the CUDA split build's caches
+        (tmp / "spec.json").write_text(json.dumps(job))
+        # Each step bounds itself; this is a backstop. A split build that fails leaves the full check its own limit.
+        rc, over = _run_builder(tmp, 2 * timeout_s + 60)
+        killed = over is not None
+        result = _read_json(tmp / "result.json")
+        if result.get("wanted") and not killed:  # headers the split build went without: built for the next one
+            start_background([str(k) for k in result["wanted"]], spec.to_dict())
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    if killed or not result:
+        why = "was killed at its time limit" if killed else f"ended without a result (exit {rc})"
+        return BuildOutcome(False, name, log=f"the compile-only check {why}", seconds=seconds, infra_error=True)
+    log_text, extra = str(result.get("log", "")), {"steps": result.get("steps", [])}
+    timed_out = "timed out" in log_text.lower() and not result.get("ok")
+    if result.get("inconclusive"):  # e.g. a header this toolkit lacks: the machine cannot judge it, so no verdict
+        return BuildOutcome(False, name, log=log_text, seconds=seconds, infra_error=True, extra=extra)
+    if not timed_out:
+        write_sealed(verdict, f"compile_only:{name}", {"ok": bool(result.get("ok")), "log": log_text, "extra": extra})
+    return BuildOutcome(bool(result.get("ok")), name, log=log_text, seconds=seconds, timed_out=timed_out, extra=extra)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _tail(path: Path, chars: int = 20000) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""

@@ -1,0 +1,365 @@
+"""Torch's compile flags and precompiled headers of ``torch/extension.h``, kept in musaenv's cache.
+
+Measured on the 2-core CI machine with g++ 12 and torch 2.13 (CPU time of one compile of the l1_relu solution
+at ``-O3``): parsing ``torch/extension.h`` is ~23 s of a ~36 s compile; the rest is GCC's end-of-unit
+instantiation of every template the headers left pending (~5-7 s, not saved in a PCH) and optimising the
+pybind11 internals the headers force into every unit (~5 s); linking is ~0.4 s. A precompiled header removes the
+parsing only (36 -> 14 s). :mod:`musaenv.build.fastbuild` removes the rest by compiling the candidate's code
+against ``torch/types.h`` (ATen and the torch factory functions, no pybind11: 3 s with its PCH) and binding it in
+separately cached objects.
+
+Everything here lives under ``<MUSAENV_CACHE_DIR>/pch``; torch's own ``use_pch`` writes into site-packages and
+deletes the file on every ``load_inline(use_pch=False)``, so it is not used.
+
+A precompiled header is only valid for some of the flags it was built with, so there is one per (header, key),
+the key being the flags a header depends on (:mod:`musaenv.build.flagkeys`: ``-O3 -DBLOCK=64`` and ``-O2``
+share one). Each is built once under an ``flock`` (released by the kernel when a builder dies, so a killed build
+never leaves a lock behind) and renamed into place atomically, never while a candidate's build waits
+(:meth:`PchStore.include_flags` only reads; warm-up and background builds call :meth:`PchStore.build`).
+~0.45 GB (types) or ~0.8 GB (extension) each; :data:`MAX_PCH_SETS` bounds how many keys get one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shlex
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from musaenv.build.flagkeys import bind_key_flags, macro_name, pch_key_flags, refusal, refused_macros
+
+__all__ = ["MAX_PCH_SETS", "CompileFlags", "PchStore", "file_lock", "run_tool", "torch_flags", "unique_suffix"]
+
+log = logging.getLogger(__name__)
+
+# Flag sets (after flagkeys' keying) with their own header, per kind (~0.45 GB types, ~0.8 GB extension each)
+MAX_PCH_SETS = {"split": 8, "full": 3}
+PCH_TIMEOUT_S = 600.0
+# A build starts a missing PCH only with this much of its time limit left: the slowest PCH build seen on the
+# loaded 2-core CI machine took 88 s wall (torch/extension.h), and the candidate's own compile must still fit.
+PCH_MIN_BUDGET_S = 200.0
+HEADERS = {"full": "torch/extension.h", "split": "torch/types.h"}
+
+_NAME_MARK = "musaenv_mark_name"
+_CFLAG_MARK = "-DMUSAENV_MARK_CFLAGS"
+_INCLUDE_MARK = "/musaenv_mark_include"
+_LDFLAG_MARK = "-Wl,--musaenv-mark-ldflags"
+
+
+@dataclass(frozen=True)
+class CompileFlags:
+    """Compiler command pieces for one extension, exactly as torch's ninja file would have them.
+
+    Attributes:
+        cxx: The compiler command (``$CXX`` or ``c++``), split.
+        cflags: Flags of the compile rule, including ``-DTORCH_EXTENSION_NAME=<name>`` and the candidate's flags.
+        ldflags: Flags of the link rule (``-shared``, torch's libraries, the candidate's flags).
+        user: The candidate's own compile flags (a slice of ``cflags``, from ``user_at``).
+        user_at: Where ``user`` starts in ``cflags``.
+    """
+
+    cxx: tuple[str, ...]
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    user: tuple[str, ...] = ()
+    user_at: int = -1
+
+    def _with_user(self, user: Sequence[str]) -> tuple[str, ...]:
+        at = self.user_at if self.user_at >= 0 else len(self.cflags)
+        flags = (*self.cflags[:at], *user, *self.cflags[at + len(self.user) :])
+        return tuple(f for f in flags if not f.startswith("-DTORCH_EXTENSION_NAME="))
+
+    def pch_flags(self, sensitive_macros: Sequence[str] = ()) -> tuple[str, ...]:
+        """The flags a precompiled header for this build is made with: torch's, and of the candidate's only those
+        a header depends on (:func:`musaenv.build.flagkeys.pch_key_flags`); never the module name."""
+        return self._with_user(pch_key_flags(self.user, sensitive_macros))
+
+    def bind_flags(self) -> tuple[str, ...]:
+        """The flags the binding objects are compiled with (:func:`musaenv.build.flagkeys.bind_key_flags`)."""
+        return self._with_user(bind_key_flags(self.user))
+
+    def key(self, sensitive_macros: Sequence[str] = ()) -> str:
+        """Content hash of the compiler and the flags a precompiled header depends on."""
+        return _digest([self.cxx, self.pch_flags(sensitive_macros)])
+
+    def bind_key(self) -> str:
+        """Content hash of the compiler and the flags the binding objects depend on."""
+        return _digest([self.cxx, self.bind_flags(), "python.h"])
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
+
+
+def _split_user_flags(flags: Sequence[str]) -> list[str]:
+    # torch strips each flag and joins them into a ninja variable that a shell splits again.
+    joined = " ".join(f.strip() for f in flags)
+    return shlex.split(joined) if joined else []
+
+
+def _template_from_torch() -> dict[str, Any]:
+    """Ask this torch for its compile and link flags by letting it write a ninja file with marker values."""
+    import torch.utils.cpp_extension as ce
+
+    def call(fn: Any, **values: Any) -> Any:
+        params = inspect.signature(fn).parameters
+        missing = [p for p, v in params.items() if p not in values and v.default is inspect.Parameter.empty]
+        if missing:
+            raise RuntimeError(f"{fn.__name__} wants {missing}; this torch is not supported by the fast builder")
+        return fn(**{k: v for k, v in values.items() if k in params})
+
+    common = {"with_cuda": False, "with_sycl": False, "verbose": False, "is_standalone": False}
+    ldflags = call(ce._prepare_ldflags, extra_ldflags=[_LDFLAG_MARK], **common)
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "main.cpp")
+        Path(src).write_text("")
+        path = os.path.join(d, "build.ninja")
+        call(
+            ce._write_ninja_file_to_build_library,
+            path=path, name=_NAME_MARK, sources=[src], extra_cflags=[_CFLAG_MARK], extra_cuda_cflags=[],
+            extra_sycl_cflags=[], extra_ldflags=ldflags, extra_include_paths=[_INCLUDE_MARK], **common,
+        )  # fmt: skip
+        text = Path(path).read_text()
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key in ("cxx", "cflags", "ldflags"):
+            found[key] = value
+    if set(found) != {"cxx", "cflags", "ldflags"}:
+        raise RuntimeError(f"unexpected ninja file from torch: {text[:400]}")
+    return {k: shlex.split(v) for k, v in found.items()}
+
+
+def torch_flags(
+    cache: Path, name: str, extra_cflags: Sequence[str], extra_ldflags: Sequence[str], include_paths: Sequence[str]
+) -> CompileFlags:
+    """Torch's compile/link flags for extension ``name`` (the template is computed once per toolchain, on disk).
+
+    Raises:
+        RuntimeError: torch's private flag helpers changed shape (callers fall back to ``load_inline``).
+        ValueError: the candidate's flags do not split like a shell would split them.
+    """
+    from musaenv.build.buildspec import toolchain_fingerprint
+
+    fp = hashlib.sha256(toolchain_fingerprint().encode()).hexdigest()[:16]
+    path = cache / f"flags-{fp}.json"
+    try:
+        tpl = json.loads(path.read_text())
+    except (OSError, ValueError):
+        tpl = _template_from_torch()
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{unique_suffix()}.tmp")
+        tmp.write_text(json.dumps(tpl))
+        os.replace(tmp, path)
+    user_c, user_ld = _split_user_flags(extra_cflags), _split_user_flags(extra_ldflags)
+    includes = [f"-I{os.path.abspath(p.strip())}" for p in include_paths]
+    cflags: list[str] = []
+    user_at = -1
+    for f in tpl["cflags"]:
+        if f == f"-DTORCH_EXTENSION_NAME={_NAME_MARK}":
+            cflags.append(f"-DTORCH_EXTENSION_NAME={name}")
+        elif f == _CFLAG_MARK:
+            user_at = len(cflags)
+            cflags.extend(user_c)
+        elif f == f"-I{_INCLUDE_MARK}":
+            cflags.extend(includes)
+        else:
+            cflags.append(f)
+    ldflags: list[str] = []
+    for f in tpl["ldflags"]:
+        ldflags.extend(user_ld if f == _LDFLAG_MARK else [f])
+    return CompileFlags(tuple(tpl["cxx"]), tuple(cflags), tuple(ldflags), tuple(user_c), user_at)
+
+
+def run_tool(
+    cmd: Sequence[str],
+    cwd: Path,
+    timeout_s: float = PCH_TIMEOUT_S,
+    preexec: Callable[[], None] | None = None,
+    tmpdir: Path | None = None,
+) -> tuple[int, str]:
+    """Run a compiler-like tool; returns (exit code, combined output). Raises ``OSError`` when it cannot start.
+
+    ``preexec`` runs in the child before the tool (e.g. a further Landlock layer for a candidate's compile);
+    ``tmpdir`` becomes its ``TMPDIR`` (where GCC writes its temporary files; such a layer allows no other place).
+    """
+    env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
+    try:
+        p = subprocess.run(
+            list(cmd), cwd=str(cwd), capture_output=True, text=True, errors="replace", timeout=timeout_s,
+            preexec_fn=preexec, env=env,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else str(e.stdout or "")
+        return 124, out + f"\n{cmd[0]} timed out after {timeout_s:.0f} s"
+    return p.returncode, (p.stdout or "") + (p.stderr or "")
+
+
+def unique_suffix() -> str:
+    """A file-name suffix no other builder uses: a confined build is pid 1 of its own namespace, so the pid alone
+    is not unique (every builder would be ``1``)."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Exclusive ``flock`` on ``path``; the kernel drops it when the holder dies, so it can never go stale."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+class PchStore:
+    """Precompiled headers under ``<cache>/pch/<kind>-<flags key>/``.
+
+    A build never waits for a header that is missing: it compiles without one (the split tier's unit then parses
+    ``torch/types.h``, ~7 s instead of ~3 s) and names the header in :attr:`wanted`, which the parent builds in
+    the background (:mod:`musaenv.build.warmup`); ``musaenv warmup`` builds the common flag sets ahead.
+
+    Args:
+        root: The ``pch`` cache directory.
+        max_sets: At most this many flag sets per kind get headers (default :data:`MAX_PCH_SETS`).
+        deadline: ``time.monotonic()`` by which the current build must end; :meth:`build` starts a missing
+            header only when at least :data:`PCH_MIN_BUDGET_S` remain (``None``: no limit).
+    """
+
+    def __init__(self, root: Path, max_sets: dict[str, int] | None = None, deadline: float | None = None) -> None:
+        self.root = root
+        self.max_sets = max_sets or MAX_PCH_SETS
+        self.deadline = deadline
+        self.wanted: list[str] = []
+        self._macros: tuple[str, ...] | None = None
+
+    def sensitive_macros(self) -> tuple[str, ...]:
+        """Macros GCC refused a header for (they are part of every header key from then on)."""
+        if self._macros is None:
+            try:
+                found = json.loads((self.root / "macros.json").read_text())
+                self._macros = tuple(sorted(str(m) for m in found if isinstance(m, str)))
+            except (OSError, ValueError, TypeError):
+                self._macros = ()
+        return self._macros
+
+    def _dir(self, kind: str, flags: CompileFlags) -> Path:
+        return self.root / f"{kind}-{flags.key(self.sensitive_macros())}"
+
+    def _ready(self, d: Path) -> list[str] | None:
+        if (d / "musaenv_pch.h.gch").exists() and not (d / "failed.json").exists():
+            return ["-Winvalid-pch", "-include", str(d / "musaenv_pch.h")]
+        return None
+
+    def include_flags(self, kind: str, flags: CompileFlags) -> list[str] | None:
+        """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``split``); never builds one.
+
+        A missing header is added to :attr:`wanted` (``None`` is returned: compile without it).
+        """
+        d = self._dir(kind, flags)
+        ready = self._ready(d)
+        if ready is None and not (d / "failed.json").exists() and not self._full(d, kind):
+            self.wanted.append(kind)
+        return ready
+
+    def build(self, kind: str, flags: CompileFlags) -> list[str] | None:
+        """Like :meth:`include_flags`, but a missing header is built first (under a lock; warm-up only).
+
+        Returns ``None`` when no header can be had (failed before, too many flag sets, or the build failed).
+        """
+        d = self._dir(kind, flags)
+        ready = self._ready(d)
+        if ready is not None:
+            return ready
+        if (d / "failed.json").exists() or not self._has_budget():
+            return None
+        with file_lock(self.root / f".{d.name}.lock"):
+            ready = self._ready(d)
+            if ready is not None:
+                return ready
+            if (d / "failed.json").exists() or self._full(d, kind):
+                return None
+            return self._build(kind, flags, d, d / "musaenv_pch.h")
+
+    def _has_budget(self) -> bool:
+        return self.deadline is None or self.deadline - time.monotonic() >= PCH_MIN_BUDGET_S
+
+    def _full(self, d: Path, kind: str) -> bool:
+        sets = {p.name for p in self.root.glob(f"{kind}-*") if (p / "musaenv_pch.h.gch").exists()}
+        return d.name not in sets and len(sets) >= self.max_sets.get(kind, 0)
+
+    def _build(self, kind: str, flags: CompileFlags, d: Path, header: Path) -> list[str] | None:
+        d.mkdir(parents=True, exist_ok=True)
+        header.write_text(f"#include <{HEADERS[kind]}>\n")
+        tmp_out = d / f".musaenv_pch.h.gch.{unique_suffix()}"
+        start = time.perf_counter()
+        key_flags = flags.pch_flags(self.sensitive_macros())
+        cmd = [*flags.cxx, "-x", "c++-header", str(header), "-o", str(tmp_out), *key_flags]
+        rc, out = run_tool(cmd, d)
+        if rc != 0:
+            tmp_out.unlink(missing_ok=True)
+            if rc != 124 and rc > 0:  # a deterministic failure: do not try again for these flags
+                (d / "failed.json").write_text(json.dumps({"cmd": cmd, "log": out[-4000:]}))
+            log.warning("precompiled header %s failed (rc %d): %s", d.name, rc, out[-800:])
+            return None
+        (d / "flags.json").write_text(json.dumps(cmd))  # what it was made with, for people reading the cache
+        os.replace(tmp_out, d / "musaenv_pch.h.gch")
+        log.info("built precompiled header %s in %.1f s", d.name, time.perf_counter() - start)
+        return ["-Winvalid-pch", "-include", str(header)]
+
+    def check_used(self, kind: str, flags: CompileFlags, compiler_output: str) -> None:
+        """Act on a header the compiler refused (``-Winvalid-pch``); the compile itself went on without it.
+
+        Refused for a macro the candidate defines: that macro joins the header keys (the next build with it
+        gets a header of its own). Refused for anything else: the header is retired (later builds go without
+        it, not slower).
+        """
+        lines = refusal(compiler_output)
+        if not lines:
+            return
+        names = refused_macros(lines) & {macro_name(f) for f in flags.user}
+        if names:
+            self._add_sensitive({n for n in names if n})
+            log.info("precompiled header %s depends on macro(s) %s; they now key the headers", kind, sorted(names))
+            return
+        d = self._dir(kind, flags)
+        log.warning("precompiled header %s refused by the compiler, retiring it: %s", d.name, lines[:3])
+        with contextlib.suppress(OSError):
+            (d / "failed.json").write_text(json.dumps({"log": compiler_output[-4000:]}))
+            (d / "musaenv_pch.h.gch").unlink()
+
+    def _add_sensitive(self, names: set[str]) -> None:
+        with file_lock(self.root / ".macros.lock"):
+            self._macros = None
+            merged = sorted(set(self.sensitive_macros()) | names)
+            part = self.root / f".macros.{unique_suffix()}.json"
+            part.write_text(json.dumps(merged))
+            os.replace(part, self.root / "macros.json")
+            self._macros = tuple(merged)
+
+    def sweep(self) -> None:
+        """Remove half-written headers of builders that died (never a finished one).
+
+        A header is half-written while its builder holds the set's lock; one older than any build may run
+        (:data:`PCH_TIMEOUT_S`) belongs to a builder that is gone (pids say nothing: builds run in pid namespaces).
+        """
+        now = time.time()
+        for p in self.root.glob("*/.musaenv_pch.h.gch.*"):
+            with contextlib.suppress(OSError):
+                if now - p.stat().st_mtime > 1.5 * PCH_TIMEOUT_S:
+                    p.unlink(missing_ok=True)

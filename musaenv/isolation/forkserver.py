@@ -1,0 +1,405 @@
+"""A fork server: worker processes in milliseconds instead of a fresh interpreter's ~1.5 s torch import.
+
+The server (``python -m musaenv.isolation.forkserver --fd N``) imports torch and the worker's modules once, then
+only forks on request. It never runs a torch operation, touches a device or starts a thread of its own, so each
+child begins as a freshly started worker would after its imports: one thread, no CUDA context, no candidate code
+ever run in it. Each child gets its own session, working directory, log file and channel pipes (sent over a Unix
+socket with ``SCM_RIGHTS``), reseeds Python's and numpy's global generators, and then runs the ordinary worker
+(:func:`musaenv.worker.candidate.serve`), sandbox included. What it runs and preloads is named by its caller
+(:data:`WORKER_ENTRY`, :data:`WORKER_PRELOAD` by default), so this module imports no worker code itself.
+
+Exit statuses are read with ``waitid(WNOWAIT)``: a finished child stays a zombie until the parent *releases* it,
+so its pid cannot be reused by an unrelated process while the parent may still signal it.
+
+The client, :class:`ForkServer`, is thread-safe; :func:`acquire` shares one server among evaluators whose workers
+would get the same environment (an :class:`~musaenv.evaluator.pool.EvaluatorPool`'s, for example).
+
+Why not :mod:`multiprocessing`'s ``forkserver`` start method: its server unpickles what the client sends, its
+children start in multiprocessing's bootstrap (a pickled target and arguments, the resource tracker), and the server
+reaps exited children itself, so a pid can be reused while the parent may still signal it. Here a child must start
+with nothing but its three descriptors, its own session and working directory, and stay unreaped until released.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import importlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from musaenv.isolation import messages, tempdirs
+
+__all__ = ["ForkServer", "ForkServerError", "acquire", "release", "tie_to_parent"]
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 180.0
+REQUEST_TIMEOUT_S = 30.0
+_MAX_MSG = 64 * 1024
+# The function each child runs, ``module:function`` called as ``function(channel, role)``, and the modules the server
+# imports once for every child (torch first: the ~1.5 s import every fresh worker would pay for).
+WORKER_ENTRY = "musaenv.worker.candidate:serve"
+WORKER_PRELOAD = (
+    "torch",
+    "musaenv.worker.candidate",
+    "musaenv.worker.reference",
+    "musaenv.isolation.sandbox",
+    "musaenv.verification.runtime_profile",
+)
+_entry = WORKER_ENTRY  # the server's, set by main()
+
+
+class ForkServerError(Exception):
+    """The fork server could not start a worker (it died, never started, or refused the request)."""
+
+
+# --------------------------------------------------------------------------------------------- server side
+
+
+def tie_to_parent(parent_pid: int) -> None:
+    """Be killed (SIGKILL) when the parent dies: ``PR_SET_PDEATHSIG``, then the check the man page asks for (the
+    parent may have died before the flag was set). Only for children of a single-threaded parent or of the thread
+    that outlives them: the kernel sends the signal when the forking *thread* exits."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(70)
+
+
+def _child(sock: socket.socket, req: dict[str, Any], fds: list[int], server_pid: int) -> int:
+    """In the forked child: become a worker on the received descriptors. Returns the exit code."""
+    rfd, wfd, logfd = fds
+    sock.close()
+    os.setsid()
+    # Killed with the server: when the client dies, the server kills its workers, but a server killed at the same
+    # moment (Ray kills a dead actor's children) would leave them orphaned, a busy candidate spinning on for good.
+    # The client reports a worker lost with its server as infra_error (musaenv.evaluator.candidate).
+    tie_to_parent(server_pid)
+    os.dup2(logfd, 1)
+    os.dup2(logfd, 2)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    keep = {0, 1, 2, rfd, wfd}
+    for name in os.listdir("/proc/self/fd"):  # nothing of the server's stays open in the worker
+        fd = int(name)
+        if fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    os.chdir(req["cwd"])
+    import random
+
+    import numpy as np
+
+    random.seed()  # a fresh interpreter would have drawn these from the OS
+    np.random.seed()
+    from musaenv.isolation.channel import Channel
+
+    module, _, function = _entry.partition(":")
+    serve = getattr(importlib.import_module(module), function)
+    return int(serve(Channel(rfd, wfd), str(req["role"])))
+
+
+def _spawn(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+    if len(fds) != 3 or req.get("role") not in ("candidate", "reference"):
+        return {"error": f"spawn needs 3 descriptors and a role, got {len(fds)} and {req.get('role')!r}"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    server_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = _child(sock, req, fds, server_pid)
+        except BaseException:  # report in the worker's log; the parent sees the exit code
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(BaseException):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    return {"pid": pid}
+
+
+def _returncode(pid: int) -> dict[str, Any]:
+    """Exit status without reaping (``WNOWAIT``), as ``Popen.returncode`` spells it; ``None`` while running."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return {"rc": None, "unknown": True}
+    if info is None:
+        return {"rc": None}
+    return {"rc": info.si_status if info.si_code == os.CLD_EXITED else -info.si_status}
+
+
+def _reap(pids: set[int]) -> None:
+    for pid in list(pids):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            pids.discard(pid)
+
+
+def _kill_children(pids: set[int]) -> None:
+    """The client is gone (closed, or killed): so are its workers. Each is the leader of its own session and process
+    group, and none is reaped yet (a zombie keeps its pid), so these pids are still ours to signal."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def serve_requests(sock: socket.socket) -> None:
+    """Answer spawn / returncode / release requests until the client closes the socket; then kill every worker
+    not yet released (a killed evaluator takes its workers along; a killed server too, by their death signal)."""
+    released: set[int] = set()
+    spawned: set[int] = set()
+    try:
+        _serve(sock, released, spawned)
+    finally:
+        _reap(released)
+        _kill_children(spawned - released)
+
+
+def _serve(sock: socket.socket, released: set[int], spawned: set[int]) -> None:
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, _MAX_MSG, 3)
+        except OSError:
+            return
+        if not data:
+            return
+        try:
+            req = json.loads(data)
+            op = req.get("op")
+            if op == "spawn":
+                reply = _spawn(sock, req, fds)
+                if "pid" in reply:
+                    spawned.add(int(reply["pid"]))
+            elif op == "returncode":
+                reply = _returncode(int(req["pid"]))
+            elif op == "release":
+                released.add(int(req["pid"]))
+                spawned.discard(int(req["pid"]))
+                reply = {}
+            else:
+                reply = {"error": f"unknown op {op!r}"}
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            reply = {"error": f"bad request: {e}"}
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        _reap(released)
+        sock.sendall(json.dumps(reply).encode())
+
+
+def _package_dir() -> str:
+    """Where this process imported musaenv from (the server and its clients must agree)."""
+    return str(Path(__file__).resolve().parents[1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the server process."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--fd", type=int, required=True)
+    p.add_argument("--entry", default=WORKER_ENTRY)
+    p.add_argument("--preload", default=",".join(WORKER_PRELOAD))
+    a = p.parse_args(argv)
+    sock = socket.socket(fileno=a.fd)
+    global _entry
+    _entry = a.entry
+    import torch
+
+    for name in filter(None, a.preload.split(",")):  # imported once, for every child
+        importlib.import_module(name)
+
+    ready = {"type": "ready", "pid": os.getpid(), "torch": torch.__version__, "musaenv": _package_dir()}
+    ready["protocol"] = messages.PROTOCOL_VERSION
+    ready["threads"] = len(os.listdir("/proc/self/task"))  # >1 when a BLAS library started its pool at load
+    # A CUDA context made before fork is unusable in every child: the client refuses such a server.
+    ready["cuda_initialized"] = bool(torch.cuda.is_initialized())
+    sock.sendall(json.dumps(ready).encode())
+    serve_requests(sock)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- client side
+
+
+class ForkServer:
+    """Client of one fork-server process, started with environment ``env`` (the workers inherit it).
+
+    Args:
+        env: Environment of the server and therefore of every worker it forks.
+        entry: ``module:function`` each forked worker runs, as ``function(channel, role)``.
+        preload: Modules the server imports once, before any fork.
+    """
+
+    def __init__(
+        self, env: dict[str, str], entry: str = WORKER_ENTRY, preload: tuple[str, ...] = WORKER_PRELOAD
+    ) -> None:
+        self._lock = threading.Lock()
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._logdir = tempdirs.make("forkserver")
+        self._log = open(self._logdir / "server.log", "wb")  # noqa: SIM115 - closed in close()
+        server_cmd = [sys.executable, "-m", "musaenv.isolation.forkserver", "--fd", str(theirs.fileno())]
+        try:
+            self.proc = subprocess.Popen(
+                [*server_cmd, "--entry", entry, "--preload", ",".join(preload)],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+                # `python -m` puts the cwd before PYTHONPATH: from a directory holding another musaenv checkout
+                # the server imported that one (seen: a newer worker protocol under an older parent turned every
+                # honest candidate into timed_output_mismatch). A private cwd leaves child_env's path in charge.
+                cwd=str(self._logdir),
+            )
+        finally:
+            theirs.close()
+        self.ready: dict[str, Any] | None = None
+        self._started = time.monotonic()
+        self._dead = False
+
+    @property
+    def alive(self) -> bool:
+        """False once the server has died or was closed."""
+        return not self._dead and self.proc.poll() is None
+
+    def _recv(self, timeout_s: float) -> dict[str, Any]:
+        r, _, _ = select.select([self._sock], [], [], max(timeout_s, 0.0))
+        data = self._sock.recv(_MAX_MSG) if r else None
+        if not data:
+            self._dead = True
+            tail = (self._logdir / "server.log").read_text(errors="replace")[-2000:]
+            what = "did not answer in time" if data is None else "closed its socket"
+            raise ForkServerError(f"the fork server {what}" + (f":\n{tail}" if tail else ""))
+        reply: dict[str, Any] = json.loads(data)
+        return reply
+
+    def _call(self, req: dict[str, Any], fds: tuple[int, ...] = ()) -> dict[str, Any]:
+        with self._lock:
+            if self._dead:
+                raise ForkServerError("the fork server has stopped")
+            try:
+                if self.ready is None:
+                    self.ready = self._recv(START_TIMEOUT_S - (time.monotonic() - self._started))
+                    log.debug("fork server ready: %s", self.ready)
+                    if self.ready.get("cuda_initialized"):
+                        self._dead = True
+                        raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
+                    if self.ready.get("protocol") != messages.PROTOCOL_VERSION:  # its workers would be refused
+                        self._dead = True
+                        raise ForkServerError(
+                            f"the fork server speaks protocol version {self.ready.get('protocol')!r}, this process "
+                            f"version {messages.PROTOCOL_VERSION}; not forking from it"
+                        )
+                    if self.ready.get("musaenv") != _package_dir():  # a worker of other code: false verdicts
+                        self._dead = True
+                        raise ForkServerError(
+                            f"the fork server imported musaenv from {self.ready.get('musaenv')}, this process from "
+                            f"{_package_dir()}; not forking from it"
+                        )
+                socket.send_fds(self._sock, [json.dumps(req).encode()], list(fds))
+                reply = self._recv(REQUEST_TIMEOUT_S)
+            except (OSError, ValueError) as e:
+                self._dead = True
+                raise ForkServerError(f"the fork server failed: {e}") from None
+        if "error" in reply:
+            raise ForkServerError(str(reply["error"]))
+        return reply
+
+    def spawn(self, role: str, rfd: int, wfd: int, logfd: int, cwd: str) -> int:
+        """Fork a worker with these channel ends, log file and working directory; returns its pid."""
+        return int(self._call({"op": "spawn", "role": role, "cwd": cwd}, (rfd, wfd, logfd))["pid"])
+
+    def returncode(self, pid: int) -> int | None:
+        """The worker's exit code (negative: killed by that signal); ``None`` while it runs or when unknown."""
+        rc = self._call({"op": "returncode", "pid": pid}).get("rc")
+        return None if rc is None else int(rc)
+
+    def release(self, pid: int) -> None:
+        """Let the server reap ``pid`` (after it was killed); its pid may be reused afterwards."""
+        with contextlib.suppress(ForkServerError):
+            self._call({"op": "release", "pid": pid})
+
+    def close(self) -> None:
+        """Stop the server (its workers are killed by their own handles)."""
+        self._dead = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        shutil.rmtree(self._logdir, ignore_errors=True)
+
+
+_SHARED: dict[str, tuple[ForkServer, int]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _key(env: dict[str, str]) -> str:
+    return json.dumps(sorted(env.items()))
+
+
+def acquire(env: dict[str, str]) -> ForkServer:
+    """A fork server for workers with environment ``env``, shared with other holders; :func:`release` it."""
+    key = _key(env)
+    with _SHARED_LOCK:
+        server, count = _SHARED.get(key, (None, 0))
+        if server is None or not server.alive:
+            if server is not None:
+                server.close()
+            server, count = ForkServer(env), 0
+        _SHARED[key] = (server, count + 1)
+        return server
+
+
+def release(server: ForkServer) -> None:
+    """Give back a server from :func:`acquire`; the last holder stops it."""
+    with _SHARED_LOCK:
+        for key, (s, count) in list(_SHARED.items()):
+            if s is server:
+                if count > 1:
+                    _SHARED[key] = (s, count - 1)
+                    return
+                del _SHARED[key]
+        server.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    with _SHARED_LOCK:
+        for server, _ in _SHARED.values():
+            with contextlib.suppress(Exception):
+                server.close()
+        _SHARED.clear()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

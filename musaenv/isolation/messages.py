@@ -1,0 +1,370 @@
+"""The worker protocol: one frozen record per message between the evaluator, its workers and its build service.
+
+Every message on a :class:`~musaenv.isolation.channel.Channel` is one of these records as a JSON object with a
+``type`` key. :meth:`Message.from_dict` rejects a message with an unknown or a missing field, or a field of the
+wrong JSON type, with a :class:`ProtocolError`, so a reader never guesses at a key it does not know.
+
+The first message of every worker is :class:`Ready`, carrying :data:`PROTOCOL_VERSION`. A worker of another
+version (other musaenv code on the worker's path) is refused before it is sent anything: :func:`read_hello`
+raises :class:`ProtocolMismatch` naming both versions, which the evaluator reports as ``infra_error``, never as a
+candidate's verdict (a skew once turned every honest candidate into ``timed_output_mismatch``).
+
+Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference worker: :mod:`musaenv.worker.reference`):
+
+* worker -> parent: :class:`Ready`, :class:`Stage`, :class:`Trial`, :class:`TrialStats`, :class:`Timing`,
+  :class:`RuntimeReport`, :class:`BuildRequest` (the loader hook, :mod:`musaenv.worker.loader_hook`), :class:`Result`.
+* parent -> worker: :class:`CandidateRequest` (candidate), :class:`ReferenceRequest` / :class:`DrawRequest` /
+  :class:`Shutdown` (reference), :class:`Go`, :class:`BuildResult` (the build service, :mod:`musaenv.evaluator.candidate`).
+
+Nested parts that another module owns and checks (a build spec: :class:`~musaenv.build.buildspec.BuildSpec`;
+a runtime report's body: :mod:`musaenv.verification.runtime`; trial and timing plans: :mod:`musaenv.evaluator.plan`) travel as
+JSON objects whose contents those modules validate.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
+
+from musaenv.isolation.channel import ProtocolError
+
+if TYPE_CHECKING:  # type-only: the worker side never imports the build service
+    from musaenv.build.loader import BuildOutcome
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "BuildRequest",
+    "BuildResult",
+    "CandidateRequest",
+    "DrawRequest",
+    "Failure",
+    "Go",
+    "Message",
+    "ProtocolError",
+    "ProtocolMismatch",
+    "Ready",
+    "ReferenceRequest",
+    "Result",
+    "RunRequest",
+    "RuntimeReport",
+    "Shutdown",
+    "Stage",
+    "Timing",
+    "Trial",
+    "TrialStats",
+    "decode",
+    "read_hello",
+]
+
+# Raise on any change of a record's fields or meaning: parent and workers must run the same code.
+PROTOCOL_VERSION = 2
+
+M = TypeVar("M", bound="Message")
+
+
+class ProtocolMismatch(ProtocolError):
+    """The peer speaks another protocol version (it runs other musaenv code)."""
+
+    def __init__(self, theirs: object, ours: int) -> None:
+        super().__init__(
+            f"the worker speaks protocol version {theirs!r}, this evaluator version {ours}: it imported other "
+            "musaenv code (check PYTHONPATH and the working directory of the evaluator's processes)"
+        )
+        self.theirs, self.ours = theirs, ours
+
+
+def _conforms(value: Any, hint: Any) -> bool:
+    """Whether a decoded JSON value fits a field's annotation (element types of lists included)."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        return any(_conforms(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_conforms(v, item) for v in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    if isinstance(hint, type) and issubclass(hint, Message):
+        return isinstance(value, dict)
+    return isinstance(hint, type) and isinstance(value, hint)
+
+
+class Message:
+    """Base of every record: ``to_dict`` and a strict ``from_dict``; subclasses are frozen dataclasses."""
+
+    TYPE: ClassVar[str] = ""
+    _hints: ClassVar[dict[str, Any] | None] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object sent on the channel (nested records as objects, ``type`` first)."""
+        out: dict[str, Any] = {"type": self.TYPE} if self.TYPE else {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[f.name] = value.to_dict() if isinstance(value, Message) else value
+        return out
+
+    @classmethod
+    def _field_hints(cls) -> dict[str, Any]:
+        if cls.__dict__.get("_hints") is None:
+            hints = typing.get_type_hints(cls)
+            cls._hints = {f.name: hints[f.name] for f in fields(cls)}  # type: ignore[arg-type]
+        assert cls._hints is not None
+        return cls._hints
+
+    @classmethod
+    def from_dict(cls: type[M], d: Any) -> M:
+        """Parse one received object.
+
+        Raises:
+            ProtocolError: not an object, another ``type``, an unknown or missing field, or a field of the wrong type.
+        """
+        if not isinstance(d, dict):
+            raise ProtocolError(f"{cls.__name__}: not a JSON object")
+        body = dict(d)
+        if cls.TYPE and body.pop("type", None) != cls.TYPE:
+            raise ProtocolError(f"{cls.__name__}: expected type {cls.TYPE!r}, got {d.get('type')!r}")
+        hints = cls._field_hints()
+        unknown, missing = sorted(set(body) - set(hints)), sorted(set(hints) - set(body))
+        if unknown or missing:
+            raise ProtocolError(f"{cls.TYPE or cls.__name__} message: unknown fields {unknown}, missing {missing}")
+        values: dict[str, Any] = {}
+        for name, hint in hints.items():
+            value = body[name]
+            if not _conforms(value, hint):
+                raise ProtocolError(f"{cls.TYPE or cls.__name__} message: field {name!r} is {value!r:.80}")
+            nested = [h for h in (hint, *typing.get_args(hint)) if isinstance(h, type) and issubclass(h, Message)]
+            values[name] = nested[0].from_dict(value) if nested and isinstance(value, dict) else value
+        return cls(**values)
+
+
+def decode(d: dict[str, Any], *allowed: type[Message]) -> Message:
+    """Parse ``d`` as whichever of the ``allowed`` records its ``type`` names.
+
+    Raises:
+        ProtocolError: the type is none of them, or the record rejects the fields.
+    """
+    kind = d.get("type")
+    for cls in allowed:
+        if kind == cls.TYPE:
+            return cls.from_dict(d)
+    raise ProtocolError(f"unexpected message type {kind!r}")
+
+
+# ------------------------------------------------------------------------------------------- worker -> parent
+
+
+@dataclass(frozen=True)
+class Ready(Message):
+    """A worker's first message: it has imported torch and waits for a request."""
+
+    TYPE: ClassVar[str] = "ready"
+    pid: int
+    torch: str
+    protocol: int = PROTOCOL_VERSION
+
+
+def read_hello(d: dict[str, Any]) -> Ready:
+    """Parse a worker's first message, the version checked before anything else in it.
+
+    Raises:
+        ProtocolMismatch: the worker speaks another protocol version.
+        ProtocolError: it is not a well-formed :class:`Ready`.
+    """
+    if d.get("type") != Ready.TYPE:
+        raise ProtocolError(f"expected the worker's ready message, got type {d.get('type')!r}")
+    if d.get("protocol") != PROTOCOL_VERSION:
+        raise ProtocolMismatch(d.get("protocol"), PROTOCOL_VERSION)
+    return Ready.from_dict(d)
+
+
+@dataclass(frozen=True)
+class Stage(Message):
+    """The worker enters a stage (``load``, ``draw``, ``trials``, ``timing``); ``load`` carries the sandbox report."""
+
+    TYPE: ClassVar[str] = "stage"
+    name: str
+    sandbox: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Trial(Message):
+    """One correctness trial's outputs (as the arrays that follow the message), their dtypes and the worker's flags."""
+
+    TYPE: ClassVar[str] = "trial"
+    index: int
+    dtypes: list[str]
+    flags: list[str]
+
+
+@dataclass(frozen=True)
+class TrialStats(Message):
+    """A reference trial that stands for a probed timed call: only its output statistics (no arrays)."""
+
+    TYPE: ClassVar[str] = "trial_stats"
+    index: int
+    stats: list[Any]
+
+
+@dataclass(frozen=True)
+class Timing(Message):
+    """The timed calls: per-call times, the kept calls' outputs (arrays that follow), per-call fingerprints.
+
+    ``baseline``/``baseline_note``: which reference was timed (``compile``, or ``eager`` and why); candidates
+    send the defaults.
+    """
+
+    TYPE: ClassVar[str] = "timing"
+    samples_ms: list[float]
+    host_ms: list[float] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    kept_counts: list[int] = field(default_factory=list)
+    fingerprints: list[Any] = field(default_factory=list)
+    baseline: str = "eager"
+    baseline_note: str = ""
+
+
+@dataclass(frozen=True)
+class RuntimeReport(Message):
+    """The runtime probe's report of a phase (``trials``: its arrays follow); the body is judged by
+    :func:`musaenv.verification.runtime.assess_runtime`, which treats a malformed body as a protocol violation."""
+
+    TYPE: ClassVar[str] = "runtime"
+    phase: str
+    report: dict[str, Any]
+
+    @classmethod
+    def of(cls, report: dict[str, Any]) -> RuntimeReport:
+        """Wrap a :class:`~musaenv.verification.runtime_probe.RuntimeGuard` report (``type`` and ``phase`` keys)."""
+        body = {k: v for k, v in report.items() if k not in ("type", "phase")}
+        return cls(phase=str(report["phase"]), report=body)
+
+    def flat(self) -> dict[str, Any]:
+        """The report as the guard made it (``type`` and ``phase`` included), as the verdict reads it."""
+        return {"type": self.TYPE, "phase": self.phase, **self.report}
+
+
+@dataclass(frozen=True)
+class Failure(Message):
+    """Why a worker's run ended early: the verdict stage it names and the log."""
+
+    stage: str
+    log: str
+
+
+@dataclass(frozen=True)
+class Result(Message):
+    """A worker's last message of a request: its builds (candidates), warnings, and the failure if any."""
+
+    TYPE: ClassVar[str] = "result"
+    builds: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    compile_only: bool = False
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class BuildRequest(Message):
+    """The loader hook asks the parent's build service for one ``load_inline`` call (a ``BuildSpec`` dict)."""
+
+    TYPE: ClassVar[str] = "build"
+    spec: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------- parent -> worker
+
+
+@dataclass(frozen=True)
+class BuildResult(Message):
+    """The build service's answer (:class:`~musaenv.build.loader.BuildOutcome`'s fields)."""
+
+    TYPE: ClassVar[str] = "build_result"
+    ok: bool
+    name: str
+    so_path: str | None = None
+    log: str = ""
+    seconds: float = 0.0
+    cached: bool = False
+    timed_out: bool = False
+    infra_error: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, outcome: BuildOutcome) -> BuildResult:
+        """The answer for one build outcome (field by field: a new outcome field is not sent until added here)."""
+        return cls(
+            ok=outcome.ok, name=outcome.name, so_path=outcome.so_path, log=outcome.log, seconds=outcome.seconds,
+            cached=outcome.cached, timed_out=outcome.timed_out, infra_error=outcome.infra_error,
+            extra=dict(outcome.extra),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Go(Message):
+    """The parent grants the device for the stage the worker announced."""
+
+    TYPE: ClassVar[str] = "go"
+
+
+@dataclass(frozen=True)
+class Shutdown(Message):
+    """The reference worker should exit."""
+
+    TYPE: ClassVar[str] = "shutdown"
+
+
+@dataclass(frozen=True)
+class RunRequest(Message):
+    """What candidate and reference requests share: the program's shapes, trials and timing plan, the device.
+
+    ``trials``: ``{"shape_index", "seed"}`` per trial (:meth:`~musaenv.evaluator.plan.EvalPlan.trials_json`);
+    ``timing``: the timing plan (``seed``, ``pool``, ``keep``, ``warmup``, ``repeats``, ...) or ``None``.
+    """
+
+    task_source: str
+    shapes: list[dict[str, Any]]
+    init_seed: int
+    trials: list[dict[str, Any]]
+    timing: dict[str, Any] | None
+    device: str
+    cpu_threads: int
+
+
+@dataclass(frozen=True)
+class CandidateRequest(RunRequest):
+    """Evaluate one candidate (the candidate worker's only request)."""
+
+    TYPE: ClassVar[str] = "eval"
+    candidate: str
+    backend: str
+    compile_only: bool
+    allow_processes: bool
+    workdir: str
+    sandbox: dict[str, Any]
+    runtime: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ReferenceRequest(RunRequest):
+    """Reference outputs (and timing) of one plan; inputs drawn by a :class:`DrawRequest` of ``draw_id`` are used."""
+
+    TYPE: ClassVar[str] = "reference"
+    task_hash: str
+    draw_id: str
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class DrawRequest(ReferenceRequest):
+    """Draw a coming :class:`ReferenceRequest`'s inputs now (CPU only; no reply)."""
+
+    TYPE: ClassVar[str] = "draw"

@@ -1,0 +1,1 @@
+"""Offline tooling with a command of its own (``musaenv ablate``)."""

@@ -1,0 +1,316 @@
+"""Worker process: ``python -m musaenv.worker.candidate --rfd R --wfd W --role candidate|reference``.
+
+A *candidate* worker serves exactly one evaluation and exits: it enters the sandbox, executes the
+candidate (whose ``load_inline`` calls are routed to the parent's build service), runs the correctness
+trials and the timing, and sends outputs, never verdicts: the parent compares them with reference outputs
+that never exist in this process. A *reference* worker (:mod:`musaenv.worker.reference`) runs trusted reference programs
+only, for many requests, in a process no candidate has touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from musaenv.isolation.channel import Channel, ProtocolError
+from musaenv.isolation.messages import (
+    CandidateRequest,
+    Failure,
+    Go,
+    Ready,
+    Result,
+    RunRequest,
+    RuntimeReport,
+    Stage,
+)
+from musaenv.timing.timers import DeviceClock, clone_args
+from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
+from musaenv.worker.compile_drive import drive_builds
+from musaenv.worker.failures import CandidateFailure, InputDrawError, format_exc
+from musaenv.worker.harness import (
+    DrawnInputs,
+    ProgramModule,
+    draw_inputs,
+    find_aliasing,
+    load_program,
+    tensor_to_array,
+    to_device,
+)
+from musaenv.worker.loader_hook import BuildFailedError, install_loader_hook
+from musaenv.worker.reference import serve_reference
+from musaenv.worker.trials import configure_device, run_timing, run_trials
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN-safe, unlike torch.equal)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+
+
+def _check_outputs(outs: list[Any], inputs: list[Any], originals: list[Any]) -> list[str]:
+    flags = []
+    for o in outs:
+        if type(o) is not torch.Tensor:  # exact type: subclasses and lazy objects are refused (HACKS T3)
+            flags.append("output_not_tensor")
+        elif o.layout != torch.strided or o.is_meta:
+            flags.append("output_not_dense")
+    if find_aliasing([o for o in outs if type(o) is torch.Tensor], inputs):
+        flags.append("output_aliases_input")
+    if any(isinstance(a, torch.Tensor) and not _same_bits(a, b) for a, b in zip(inputs, originals)):
+        flags.append("input_mutation")  # the candidate wrote into its inputs (HACKS S10)
+    return flags
+
+
+def _runtime_extras(
+    chan: Channel,
+    req: RunRequest,
+    program: ProgramModule,
+    models: dict[int, Any],
+    guard: RuntimeGuard,
+    drawn: DrawnInputs,
+) -> None:
+    """Profiled and poisoned repeat of trial 1, perturbed run; sends the ``runtime`` report (docs/verification.md)."""
+    first = req.trials[0]
+    k = int(first["shape_index"])
+    device = guard.device
+
+    def make_args() -> list[Any]:
+        program.apply_shape(req.shapes[k])
+        return clone_args(to_device(drawn.trial_inputs(program, k, int(first["seed"])), device))
+
+    report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array)
+    if len(report) > 2:  # more than type and phase: something was checked
+        chan.send(RuntimeReport.of(report).to_dict(), arrays)
+
+
+def _enter_sandbox(req: CandidateRequest) -> dict[str, Any]:
+    try:
+        from musaenv.config import SandboxConfig
+        from musaenv.isolation.sandbox import enter_sandbox
+    except ImportError as e:  # sandbox module unavailable: say so, never pretend
+        return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
+    # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
+    allow_processes = req.allow_processes
+    report = enter_sandbox(
+        SandboxConfig.from_dict(req.sandbox),
+        Path(req.workdir),
+        block_processes=not allow_processes,
+        block_exec=not allow_processes,
+    )
+    return dict(report.to_dict())
+
+
+def _load_candidate(req: CandidateRequest, state: Any) -> Any:
+    filename = str(Path(req.workdir) / "candidate.py")
+    try:
+        module = load_program(req.candidate, "candidate", filename)
+    except BaseException as e:  # a candidate may raise anything, SystemExit included
+        if state.failed:
+            raise CandidateFailure("compile_error", state.failed[-1]) from None
+        raise CandidateFailure("runtime_error", format_exc(e)) from None
+    if state.failed:
+        raise CandidateFailure("compile_error", state.failed[-1])
+    cls = getattr(module, "ModelNew", None)
+    if not isinstance(cls, type):
+        raise CandidateFailure("format_error", "the candidate module defines no class ModelNew")
+    return cls
+
+
+def _wait_for_go(chan: Channel) -> None:
+    msg, _ = chan.recv()
+    if msg.get("type") != Go.TYPE:
+        raise CandidateFailure("infra_error", f"expected the parent's go-ahead, got {msg.get('type')!r}")
+
+
+def _watch() -> dict[str, tuple[str, Any, str]]:
+    """Harness objects whose replacement is tampering: this module's functions, the harness, timers, channel."""
+    from musaenv.isolation import messages
+    from musaenv.timing import timers
+    from musaenv.worker import harness, trials
+
+    watch: dict[str, tuple[str, Any, str]] = {}
+    for prefix, g in (("worker", globals()), ("trials", vars(trials))):
+        ours = {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")) in (__name__, "musaenv")}
+        ours |= {n for n, v in g.items() if callable(v) and str(getattr(v, "__module__", "")).startswith("musaenv.")}
+        watch.update({f"{prefix}.{n}": ("harness", g, n) for n in sorted(ours)})
+    watch.update({f"harness.{n}": ("harness", harness, n) for n in harness.__all__})
+    watch.update({f"timers.{n}": ("timer", timers, n) for n in (*timers.__all__, "time")})
+    watch.update({f"DeviceClock.{n}": ("timer", DeviceClock, n) for n in ("sync", "events")})
+    watch.update({f"Channel.{n}": ("harness", Channel, n) for n in ("send", "recv")})
+    records = [c for c in vars(messages).values() if isinstance(c, type) and issubclass(c, messages.Message)]
+    watch.update({f"messages.{c.__name__}.to_dict": ("harness", c, "to_dict") for c in records})
+    watch["messages.fields"] = ("harness", messages, "fields")  # what to_dict reads the records with
+    return watch_targets(watch)
+
+
+def _trials_phase(
+    chan: Channel,
+    req: CandidateRequest,
+    program: ProgramModule,
+    model_cls: Any,
+    state: Any,
+    guard: RuntimeGuard,
+    drawn: DrawnInputs,
+) -> dict[int, Any]:
+    try:
+        models = run_trials(chan, req, program, model_cls, guard.device, _check_outputs, probe=guard, drawn=drawn)
+    except InputDrawError as e:
+        raise CandidateFailure("input_error", str(e)) from None
+    except BuildFailedError:
+        raise CandidateFailure("compile_error", state.failed[-1]) from None
+    except BaseException as e:
+        raise CandidateFailure("runtime_error", format_exc(e)) from None
+    try:
+        _runtime_extras(chan, req, program, models, guard, drawn)
+    except BaseException as e:  # it passed the same input a moment ago
+        raise CandidateFailure(
+            "runtime_error", "while repeating trial 1 for the runtime checks:\n" + format_exc(e)
+        ) from None
+    return models
+
+
+def _timing_phase(
+    chan: Channel,
+    req: CandidateRequest,
+    program: ProgramModule,
+    model: Any,
+    guard: RuntimeGuard,
+    drawn: DrawnInputs,
+) -> None:
+    chan.send(Stage("timing").to_dict())
+    _wait_for_go(chan)  # timed runs hold the device alone (on the CPU only they do: see docs/scaling.md)
+    guard.start_timing()
+    t = req.timing
+    assert t is not None
+    try:
+        run, pool = run_timing(chan, req, program, model, guard.device, drawn)
+    except InputDrawError as e:
+        raise CandidateFailure("input_error", str(e)) from None
+    except BaseException as e:
+        raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
+    try:
+        timed_calls = int(t["warmup"]) + len(run.samples_ms)
+        report = guard.finish_timing(model, pool, timed_calls, int(t["flush_bytes"]), int(t["repeats"]))
+    except BaseException as e:
+        raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
+    if len(report) > 2:
+        chan.send(RuntimeReport.of(report).to_dict())
+
+
+def _fail(chan: Channel, stage: str, log: str, builds: list[dict[str, Any]] | None = None) -> None:
+    chan.send(Result(builds=builds or [], failure=Failure(stage, log)).to_dict())
+
+
+def run_candidate(chan: Channel, req: CandidateRequest) -> None:
+    """Evaluate one candidate and report outputs and timings to the parent."""
+    try:
+        device = configure_device(req)
+    except RuntimeError as e:  # the device's runtime is missing here: the harness's problem, not the candidate's
+        _fail(chan, "infra_error", str(e))
+        return
+    compile_only = req.compile_only
+    gpu_draws = device.type == "cuda" and not compile_only
+    try:  # the task's program, in the candidate's process only to draw inputs: its failure is the task's
+        source = load_program(req.task_source, "reference_inputs", "<reference>")
+        program = ProgramModule(source, device if gpu_draws else None, device=device)
+    except BaseException as e:
+        log = "the task's reference program failed to load (a problem of the task, not the candidate):\n"
+        _fail(chan, "infra_error", log + format_exc(e))
+        return
+    state = install_loader_hook(chan, backend=req.backend, compile_only=compile_only)
+    if req.backend == "cupy":  # CuPy kernels: compiled when built, counted and put on torch's stream when launched
+        from musaenv.worker.cupy_hook import install_cupy_hook
+
+        try:
+            install_cupy_hook(state, compile_only, req.workdir)
+        except Exception as e:  # CuPy or NVRTC missing in the worker: the machine's problem
+            _fail(chan, "infra_error", f"the cupy backend cannot load CuPy/NVRTC here: {format_exc(e)}")
+            return
+    if req.backend == "triton" and req.device == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
+        from musaenv.backends.triton_interp import install_interpreter_guards
+
+        install_interpreter_guards()
+    # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
+    guard = RuntimeGuard(req.runtime, device, state.calls, _watch(), count_calls=req.backend != "triton")
+    sandbox = _enter_sandbox(req)
+    chan.send(Stage("load", sandbox).to_dict())
+    try:
+        model_cls = _load_candidate(req, state)
+        if compile_only:  # nothing runs, so no input is drawn (except meta ones: shapes, no data)
+            drive_builds(program, req, model_cls, state)
+            chan.send(Result(builds=state.builds, compile_only=True).to_dict())
+            return
+        drawn = _draw_phase(chan, req, program, device)
+        chan.send(Stage("trials").to_dict())
+        _wait_for_go(chan)  # the parent grants the device (on GPUs for the whole run; builds still overlap)
+        threads_before = thread_count()
+        models = _trials_phase(chan, req, program, model_cls, state, guard, drawn)
+        if req.timing:
+            _timing_phase(chan, req, program, models[0], guard, drawn)
+        warnings = []
+        if not guard.checks and thread_count() > threads_before + 1:
+            warnings.append("thread_count_grew")  # with runtime checks on, the parent judges thread_started
+        chan.send(Result(builds=state.builds, warnings=warnings).to_dict())
+    except CandidateFailure as f:
+        _fail(chan, f.stage, f.log, state.builds)
+
+
+def _draw_phase(chan: Channel, req: CandidateRequest, program: ProgramModule, device: torch.device) -> DrawnInputs:
+    """On the CPU, every input now: after the candidate's module-level builds (a candidate that does not build
+    costs no draw), before the device slot (drawing overlaps other evaluations' timing). GPU tiers draw each input
+    when it is needed, straight on the device. The ``draw`` stage has its own limit: a slow draw is the task's."""
+    if device.type != "cpu":
+        return DrawnInputs.nothing()
+    chan.send(Stage("draw").to_dict())
+    try:
+        return draw_inputs(req, program)
+    except Exception as e:
+        raise CandidateFailure("input_error", f"drawing the task's inputs failed:\n{format_exc(e)}") from None
+
+
+def serve(chan: Channel, role: str) -> int:
+    """Run as a worker of ``role`` on ``chan``: say ready, then serve references or one candidate."""
+    chan.send(Ready(pid=os.getpid(), torch=torch.__version__).to_dict())
+    if role == "reference":
+        serve_reference(chan)
+        return 0
+    try:
+        msg, _ = chan.recv()
+    except EOFError:
+        return 0
+    try:
+        req = CandidateRequest.from_dict(msg)
+    except ProtocolError as e:  # the parent's request: a harness fault, never the candidate's
+        _fail(chan, "infra_error", f"malformed evaluation request: {e}")
+        return 0
+    run_candidate(chan, req)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the candidate's atexit handlers and finalizers
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the worker process (started by a fresh interpreter; see also :mod:`musaenv.isolation.forkserver`)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--rfd", type=int, required=True)
+    p.add_argument("--wfd", type=int, required=True)
+    p.add_argument("--role", choices=["candidate", "reference"], required=True)
+    p.add_argument("--parent", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.parent:  # a killed evaluator takes its workers along (a busy candidate would run on to RLIMIT_CPU)
+        from musaenv.isolation.forkserver import tie_to_parent
+
+        tie_to_parent(a.parent)
+    return serve(Channel(a.rfd, a.wfd), a.role)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

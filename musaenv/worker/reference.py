@@ -1,0 +1,159 @@
+"""Reference worker loop: trusted reference programs only, many requests, in a process no candidate touched.
+
+Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`; records of :mod:`musaenv.isolation.messages`):
+
+* ``draw`` (:class:`~musaenv.isolation.messages.DrawRequest`): draw a coming request's inputs now (CPU only), while the candidate
+  still runs and does not hold the device, so the reference's turn on the device is shorter. No reply; a failed
+  draw is simply redone later.
+* ``reference`` (:class:`~musaenv.isolation.messages.ReferenceRequest`): correctness trials (and timing, unless cached) of the
+  task's ``Model``; answered with ``trial``, ``trial_stats`` and ``timing`` messages and a ``result``. Uses the
+  drawn inputs when its ``draw_id`` matches the last draw.
+* ``shutdown``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from musaenv.isolation.channel import Channel, ProtocolError
+from musaenv.isolation.messages import DrawRequest, Failure, ReferenceRequest, Result, Shutdown, decode
+from musaenv.timing.timers import clone_args
+from musaenv.worker.failures import format_exc
+from musaenv.worker.harness import (
+    DrawnInputs,
+    ProgramModule,
+    draw_inputs,
+    flatten_outputs,
+    load_program,
+    to_device,
+)
+from musaenv.worker.trials import configure_device, run_timing, run_trials
+
+__all__ = ["serve_reference"]
+
+
+def _program(cache: dict[str, ProgramModule], req: ReferenceRequest) -> ProgramModule:
+    key = req.task_hash
+    if key not in cache:
+        device = torch.device(req.device)
+        cache[key] = ProgramModule(
+            load_program(req.task_source, "reference", "<reference>"),
+            device if device.type == "cuda" else None,
+            device=device,
+        )
+    return cache[key]
+
+
+def _draw(cache: dict[str, ProgramModule], req: DrawRequest) -> tuple[str, DrawnInputs] | None:
+    try:
+        configure_device(req)
+        return req.draw_id, draw_inputs(req, _program(cache, req))
+    except Exception:  # drawn again (and reported) by the reference request itself
+        return None
+
+
+_PURITY: dict[str, str] = {}  # task hash -> "" (pure) or why not
+
+
+class ImpureReference(Exception):
+    """The reference's output for one input changes from one call to the next: the task cannot be verified."""
+
+
+def _purity(program: ProgramModule, req: ReferenceRequest, device: torch.device) -> str:
+    """``""`` when a fresh reference model gives the same outputs (within the task's tolerance) on two calls with
+    one input, else why not. Every check here (trials, rechecks, repeats, timed-call fingerprints) assumes a pure
+    forward: a model that keeps state between calls (an RNN starting each call from the ``self.hidden`` its last
+    call stored) or draws random numbers would make honest kernels look wrong.
+    """
+    model = program.build_model(program.module.Model, req.shapes[0], req.init_seed, device)
+    args = to_device(program.inputs(req.init_seed + 2), device)
+    with torch.no_grad():
+        runs = [[o.detach().clone() for o in flatten_outputs(model(*clone_args(args)))] for _ in range(2)]
+    atol, rtol = req.atol, req.rtol
+    for i, (a, b) in enumerate(zip(*runs)):
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            continue
+        same = a.shape == b.shape and (
+            torch.equal(a, b)
+            or (a.is_floating_point() and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol, equal_nan=True))
+        )
+        if not same:
+            return (
+                f"the reference program's output {i} differs between two calls of one model on the same input "
+                "(it keeps state between calls, e.g. a hidden state carried to the next call, or draws "
+                "random numbers in forward). musaenv compares outputs call by call and cannot verify such a "
+                "task; make forward a pure function of its inputs and parameters (e.g. pass the state as an input)."
+            )
+    return ""
+
+
+def _run(chan: Channel, req: ReferenceRequest, program: ProgramModule, drawn: DrawnInputs) -> None:
+    device = configure_device(req)
+    key = req.task_hash
+    if key not in _PURITY:  # once per task and worker
+        _PURITY[key] = _purity(program, req, device)
+    if _PURITY[key]:
+        raise ImpureReference(_PURITY[key])
+    model_cls = program.module.Model
+    models = run_trials(chan, req, program, model_cls, device, None, drawn=drawn)
+    if req.timing:
+        if 0 not in models:
+            models[0] = program.build_model(model_cls, req.shapes[0], req.init_seed, device)
+        baseline: Any = models[0]
+        note: dict[str, Any] = {}
+        if req.timing.get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
+            program.apply_shape(req.shapes[0])
+            pool = drawn.pool_inputs(program, req.timing)
+            drawn = DrawnInputs(drawn.trials, pool)  # drawn once, for the compiling call and the timing
+            baseline, note = _compiled(models[0], pool, device)
+        eager = note.get("baseline", "eager") == "eager"  # compiled outputs may differ within tolerance
+        run_timing(chan, req, program, baseline, device, drawn, note, reference_prints=eager)
+
+
+def _compiled(model: Any, pool: list[list[Any]], device: torch.device) -> tuple[Any, dict[str, Any]]:
+    """``torch.compile(model)``, compiled by one untimed call, so compilation never enters the timing.
+
+    When torch.compile fails on this program the eager model is timed instead, and the timing message says so
+    (``baseline: eager`` and why): the evaluation keeps its verdict and the speedup is marked, never lost.
+    """
+    try:  # torch.compile itself can fail too (e.g. an inductor that does not match the installed triton)
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            compiled(*clone_args(to_device(pool[0], device)))
+    except Exception as e:
+        reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+        return model, {"baseline": "eager", "baseline_note": f"torch.compile failed ({reason}); timed eager"}
+    return compiled, {"baseline": "compile"}
+
+
+def serve_reference(chan: Channel) -> None:
+    """Serve reference requests until the parent closes the channel."""
+    cache: dict[str, ProgramModule] = {}
+    pending: tuple[str, DrawnInputs] | None = None
+    while True:
+        try:
+            msg, _ = chan.recv()
+        except EOFError:
+            return
+        try:
+            req = decode(msg, Shutdown, DrawRequest, ReferenceRequest)
+        except ProtocolError as e:  # the parent's own request: answered as the harness's failure
+            if msg.get("type") != DrawRequest.TYPE:  # a draw gets no reply: its inputs are drawn again later
+                chan.send(Result(failure=Failure("infra_error", f"malformed reference request: {e}")).to_dict())
+            continue
+        if isinstance(req, Shutdown):
+            return
+        if isinstance(req, DrawRequest):
+            pending = _draw(cache, req)
+            continue
+        assert isinstance(req, ReferenceRequest)  # the last type decode allows
+        drawn = pending[1] if pending is not None and pending[0] == req.draw_id else DrawnInputs.nothing()
+        pending = None
+        try:
+            _run(chan, req, _program(cache, req), drawn)
+            chan.send(Result().to_dict())
+        except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
+            log = str(e) if isinstance(e, ImpureReference) else format_exc(e)
+            chan.send(Result(failure=Failure("infra_error", log)).to_dict())

@@ -1,0 +1,142 @@
+"""Correctness trials and timed calls of one program, shared by the candidate and the reference worker.
+
+Runs beside candidate code (in a candidate worker) or a reference (in the reference worker); sends the outputs as
+:mod:`musaenv.isolation.messages` records and never judges them: the parent compares them with reference outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from musaenv.isolation.channel import Channel
+from musaenv.isolation.messages import RunRequest, Timing, Trial, TrialStats
+from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, output_fingerprint, time_forward
+from musaenv.verification.runtime_probe import RuntimeGuard
+from musaenv.worker.failures import InputDrawError, format_exc
+from musaenv.worker.harness import DrawnInputs, ProgramModule, flatten_outputs, tensor_to_array, to_device
+
+__all__ = ["OutputCheck", "configure_device", "run_timing", "run_trials"]
+
+# The candidate worker's checks of one call: (outputs, the inputs it got, their untouched copies) -> flags.
+OutputCheck = Callable[[list[Any], list[Any], list[Any]], list[str]]
+
+
+def configure_device(req: RunRequest) -> torch.device:
+    """Thread count, fixed numerics flags and (for MUSA) torch_musa, as the request asks; returns the device."""
+    torch.set_num_threads(req.cpu_threads)
+    if req.device.startswith("musa"):
+        _import_torch_musa()
+    # Fixed numerics for reference and candidate alike (KernelBench references fail 1e-4 under TF32).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return torch.device(req.device)
+
+
+def _import_torch_musa() -> None:
+    """torch_musa registers the ``musa`` device, ``torch.musa`` and its extension loader; it must come first."""
+    try:
+        import torch_musa  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(
+            "device 'musa' needs torch_musa in the worker: install Moore Threads' torch_musa wheel matching "
+            f"torch {torch.__version__} ({e})"
+        ) from None
+
+
+def _send_trial(chan: Channel, index: int, outs: list[Any], flags: list[str]) -> None:
+    tensors = [o for o in outs if type(o) is torch.Tensor]
+    arrays = [] if flags and "output_not_tensor" in flags else [tensor_to_array(o) for o in tensors]
+    dtypes = [str(o.dtype).replace("torch.", "") for o in tensors]
+    chan.send(Trial(index=index, dtypes=dtypes, flags=flags).to_dict(), arrays)
+
+
+def run_trials(
+    chan: Channel,
+    req: RunRequest,
+    program: ProgramModule,
+    model_cls: Any,
+    device: torch.device,
+    check: OutputCheck | None,
+    drawn: DrawnInputs,
+    probe: RuntimeGuard | None = None,
+) -> dict[int, Any]:
+    """Run every trial; returns the model built for each shape index (reused for timing).
+
+    ``check``: the candidate worker's output checks (each call then gets private copies of its inputs), passed
+    by the caller so that a candidate that replaces them is seen replacing the caller's (its runtime guard
+    watches them); ``None`` for the trusted reference.
+    """
+    guarded = check is not None
+    models: dict[int, Any] = {}
+    for index, trial in enumerate(req.trials):
+        k = int(trial["shape_index"])
+        if k not in models:
+            models[k] = program.build_model(model_cls, req.shapes[k], req.init_seed, device)
+        program.apply_shape(req.shapes[k])
+        try:
+            inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
+        except Exception as e:  # the task's own code: never the candidate's verdict (see _trials_phase)
+            raise InputDrawError(f"drawing the inputs of trial {index + 1} failed:\n{format_exc(e)}") from None
+        private = clone_args(inputs) if guarded else inputs
+        if probe is not None:
+            probe.before_call()
+        with torch.no_grad():
+            outs = flatten_outputs(models[k](*private))
+        DeviceClock(str(device)).sync()
+        if probe is not None:
+            probe.after_call(outs)
+        flags = check(outs, private, inputs) if check is not None else []
+        if trial.get("stats"):  # a probed timed call of the reference: its stats are all the parent needs
+            chan.send(TrialStats(index=index, stats=output_fingerprint(outs, reference=True)).to_dict())
+            continue
+        _send_trial(chan, index, outs, flags)
+    return models
+
+
+def run_timing(
+    chan: Channel,
+    req: RunRequest,
+    program: ProgramModule,
+    model: Any,
+    device: torch.device,
+    drawn: DrawnInputs,
+    note: dict[str, Any] | None = None,
+    reference_prints: bool = False,
+) -> tuple[TimedRun, list[list[Any]]]:
+    """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and pool.
+
+    ``reference_prints``: fingerprints in the reference's form (the eager reference, whose timed outputs bound
+    every timed output of a candidate on the same pool)."""
+    t = req.timing
+    assert t is not None
+    program.apply_shape(req.shapes[0])
+    try:
+        pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
+    except Exception as e:
+        raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
+    keep = [int(i) for i in t.get("keep", [])]
+    with torch.no_grad():
+        run = time_forward(
+            model,
+            pool,
+            DeviceClock(str(device)),
+            warmup=int(t["warmup"]),
+            repeats=int(t["repeats"]),
+            max_time_s=float(t["max_time_s"]),
+            flush_bytes=int(t["flush_bytes"]),
+            keep=keep,
+            reference=reference_prints,
+        )
+    kept_idx = sorted(run.kept_outputs)
+    arrays: list[Any] = []
+    counts: list[int] = []
+    for i in kept_idx:
+        outs = [o for o in flatten_outputs(run.kept_outputs[i]) if type(o) is torch.Tensor]
+        counts.append(len(outs))
+        arrays.extend(tensor_to_array(o) for o in outs)
+    msg = Timing(run.samples_ms, run.host_samples_ms, kept_idx, counts, run.fingerprints, **(note or {}))
+    chan.send(msg.to_dict(), arrays)
+    return run, pool

@@ -1,0 +1,126 @@
+"""The CUDA split build with the real compilers (nvcc, g++, the linker), no GPU.
+
+It says "this builds", or "this kernel code is wrong" when nvcc's errors on the device unit are the candidate's
+own (in its lines, no name or overload not found: :func:`device_verdict`); every other way a part can fail (a
+kernel's missing name, a launcher error, a symbol nobody defines) returns ``None``, so the source is built as
+written and that build's output is the verdict (the fidelity tests compare those verdicts with torch's own build).
+A real build's module is linked against torch's CUDA libraries; here empty stand-ins for the two a CPU wheel lacks
+let the link run, as tests/fidelity/truth.py does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import pytest
+from tests.unit.backends.test_cuda_split import KB_ADD
+
+from musaenv import _env
+from musaenv.build.bindobj import module_object
+from musaenv.build.buildspec import BuildSpec
+from musaenv.build.cuda_compile import _CUDA_PRELUDE
+from musaenv.build.cuda_fast import cuda_fast_build, device_verdict
+from musaenv.build.loader import pch_cache_root
+from musaenv.build.pch import PchStore, torch_flags
+
+DECL = "torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);"
+
+
+def _spec(cuda: str = KB_ADD, cpp: str = DECL) -> tuple[dict[str, Any], str]:
+    spec = BuildSpec.from_load_inline(
+        {"cpp_sources": cpp, "cuda_sources": cuda, "functions": ["add_cuda"]}, "cuda", compile_only=True
+    )
+    return {**spec.to_dict(), "timeout_s": 600}, spec.name
+
+
+@pytest.fixture(scope="module")
+def bound() -> None:
+    """The binding objects every cache has after its first C++ build (which itself compiles as load_inline does,
+    leaving them to the background: :func:`musaenv.build.fastbuild.fast_build`)."""
+    cache = pch_cache_root()
+    assert module_object(torch_flags(cache, "musaenv_test", [], [], []), cache, []) is not None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_kernelbench_shaped_candidate_builds_through_the_split(bound, tmp_path):
+    spec, name = _spec()
+    res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
+    assert res is not None and res.kernels == ("add_kernel",) and res.tier == "split", res
+    by_name = {s.get("name"): s for s in res.steps}
+    assert by_name["device"]["returncode"] == 0 and "torch/types.h" not in (tmp_path / "musaenv_device.cu").read_text()
+    assert "-Wl,--no-undefined" in by_name["link"]["command"]
+    # What it went without is named for a background build (the host part's torch/types.h header of these flags).
+    had_header = PchStore(pch_cache_root()).include_flags("split", torch_flags(pch_cache_root(), name, [], [], []))
+    assert ("split" in res.wanted) == (had_header is None), res.wanted
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_a_failing_part_is_left_to_the_build_as_written(bound, tmp_path):
+    # A launcher error (g++ on the host part); a kernel error and an unresolved symbol take the same road through
+    # the evaluator in tests/integration/test_cuda_compile_only.py and tests/fidelity/test_fidelity_cuda.py.
+    spec, name = _spec(KB_ADD.replace("torch::zeros_like(a);", "torch::zeros_like(a, 3.5, nullptr);"))
+    assert cuda_fast_build(spec, name, tmp_path, pch_cache_root()) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_real_build_links_a_module_against_torchs_cuda_libraries(bound, tmp_path, monkeypatch):
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "empty.c").write_text("")
+    for lib in ("c10_cuda", "torch_cuda"):  # a CPU wheel of torch has neither; their symbols stay undefined
+        subprocess.run(["cc", "-shared", "-o", str(stubs / f"lib{lib}.so"), str(stubs / "empty.c")], check=True)
+    monkeypatch.setenv("LIBRARY_PATH", str(stubs))
+    spec, name = _spec()
+    build = tmp_path / "build"
+    build.mkdir()
+    res = cuda_fast_build(spec, name, build, pch_cache_root(), arch_flags=["-arch=sm_90"])
+    assert res is not None, "the split build of a correct candidate failed"
+    so = build / f"{name}.so"
+    symbols = subprocess.run(["nm", "-D", str(so)], capture_output=True, text=True, check=True).stdout
+    defined = {line.split()[-1] for line in symbols.splitlines() if line.split()[-2:-1] == ["T"]}
+    assert f"PyInit_{name}" in defined
+    undefined = {line.split()[-1] for line in symbols.splitlines() if line.split()[:1] == ["U"]}
+    assert not any("add_cuda" in s or "musaenv_launch" in s for s in undefined), undefined
+    assert "cudaLaunchKernel" in " ".join(undefined)  # the kernel launch goes through cudart, as nvcc emits it
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_a_kernel_syntax_error_is_diagnosed_once_in_the_lines_of_cuda_cu(bound, tmp_path):
+    broken = KB_ADD.replace("out[idx] = add2(a[idx], b[idx]);", "out[idx] = add2(a[idx], b[idx]) +;")
+    spec, name = _spec(broken)
+    res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
+    assert res is not None and not res.ok, res
+    lines = "\n".join([*_CUDA_PRELUDE, broken]).splitlines()
+    line = next(n for n, text in enumerate(lines, start=1) if "b[idx]) +;" in text)
+    assert f"cuda.cu({line}): error: expected an expression" in res.log, res.log
+    assert res.log.startswith("== cuda: ") and "musaenv_device" not in res.log
+    # A name not found in a kernel stays with the unsplit check: test_device_verdict_takes_only_..._own_errors.
+
+
+@pytest.mark.parametrize(
+    ("output", "own"),
+    [
+        (
+            'cuda.cu(12): error: expected a ";"\n  x = 1\n\n1 error detected in the compilation of "musaenv_device.cu".'
+            "",
+            True,
+        ),
+        ('cuda.cu(12): error: identifier "half2" is undefined\n', False),  # a header torch's brought may declare it
+        ('cuda.cu(12): error: no instance of overloaded function "max" matches\n', False),
+        ('musaenv_device.cu(40): error: expected a ")"\n', False),  # our shim: the unsplit check decides
+        ('cuda.cu(2): error: expected a ";"\n', False),  # load_inline's header lines
+        ('cuda.cu(9): catastrophic error: cannot open source file "foo.h"\n', False),
+        ("nvcc fatal   : Unknown option '-foo'\n", False),
+        ("cuda.cu(12): error: expected a \";\"\nnvcc error   : 'cudafe++' died\n", False),
+    ],
+)
+def test_device_verdict_takes_only_the_candidates_own_errors(output, own):
+    got = device_verdict(output, len(_CUDA_PRELUDE))
+    assert (got is not None) is own
+    if own:
+        assert 'compilation of "cuda.cu"' in got

@@ -1,0 +1,70 @@
+"""Background header builds queue the common flag sets once per process; builders start without the env package."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from musaenv import _env
+from musaenv.build import builder, warmup
+
+
+def test_background_items_put_the_builds_own_headers_first() -> None:
+    spec = {"extra_cflags": ["-O3", "-mavx2"], "extra_include_paths": []}
+    own = warmup.background_items(["split"], spec, common=False)
+    assert own == [{"kind": "split", "extra_cflags": ["-O3", "-mavx2"], "extra_include_paths": []}]
+    both = warmup.background_items(["split"], spec, common=True)
+    assert both[0] == own[0]
+    assert {tuple(i["extra_cflags"]) for i in both[1:] if i["kind"] == "split"} == set(warmup.COMMON_FLAG_SETS)
+    assert all(i["kind"] in ("split", "bind") for i in both)  # no extension headers in the background
+    assert warmup.background_items([], spec, common=True) == []
+
+
+@pytest.mark.parametrize(("setting", "common"), [("1", True), ("wanted", False)])
+def test_start_background_queues_common_sets_once(monkeypatch: pytest.MonkeyPatch, setting: str, common: bool) -> None:
+    spawned: list[list[dict[str, Any]]] = []
+
+    class Done:
+        def poll(self) -> int:
+            return 0
+
+    def fake_spawn(items: list[dict[str, Any]], timeout_s: float, background: bool) -> tuple[Done, Path]:
+        assert background
+        spawned.append(list(items))
+        return Done(), Path("/nonexistent")
+
+    monkeypatch.setenv("MUSAENV_BACKGROUND_WARMUP", setting)
+    monkeypatch.setattr(warmup, "_spawn", fake_spawn)
+    monkeypatch.setattr(warmup, "_BG_PROCS", [])
+    monkeypatch.setattr(warmup, "_BG_SEEN", set())
+    monkeypatch.setattr(warmup, "_COMMON_QUEUED", False)
+    warmup.start_background(["split"], {"extra_cflags": ["-O3", "-mavx2"]})
+    warmup.start_background(["split"], {"extra_cflags": ["-O2", "-mavx512f"]})
+    assert len(spawned) == 2
+    assert (len(spawned[0]) > 1) is common  # the first builder goes on with the common sets...
+    assert len(spawned[1]) == 1  # ...the next ones do not
+
+
+def test_launch_leaves_the_env_registration_out() -> None:
+    probe = builder._LAUNCH + "import sys\nprint(sorted(m for m in ('gymnasium', 'numpy') if m in sys.modules))\n"
+    pkg = str(Path(_env.__file__).resolve().parent)
+    out = subprocess.run([sys.executable, "-c", probe, pkg, "musaenv._env"], capture_output=True, text=True,
+                         check=True, env=_env.child_env())  # fmt: skip
+    assert out.stdout.strip() == "[]"
+
+
+def test_builder_command_runs_the_builder(tmp_path: Path) -> None:
+    # A malformed warm-up job: the builder's main, its confinement and its report run; the job fails at once
+    # (before anything imports torch).
+    (tmp_path / "spec.json").write_text(json.dumps({"warmup": "x", "pch_cache": str(tmp_path / "pch")}))
+    cmd = builder.builder_command(tmp_path)
+    assert "musaenv.build.builder" in " ".join(cmd)  # what interrupt.kill_running looks for
+    proc = subprocess.run(cmd, cwd=tmp_path, env=_env.child_env(), timeout=120, capture_output=True, text=True)
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert proc.returncode == 1 and not result["ok"] and "AttributeError" in result["log"]
+    assert "confinement" in result

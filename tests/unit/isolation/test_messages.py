@@ -1,0 +1,117 @@
+"""The worker protocol's records: strict parsing, the version check, and a worker of another version end to end."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from musaenv.config import EvalConfig
+from musaenv.isolation import messages
+from musaenv.isolation.messages import (
+    BuildResult,
+    CandidateRequest,
+    DrawRequest,
+    Failure,
+    Go,
+    ProtocolError,
+    ProtocolMismatch,
+    Ready,
+    ReferenceRequest,
+    Result,
+    RuntimeReport,
+    Stage,
+    Timing,
+    Trial,
+    TrialStats,
+    decode,
+    read_hello,
+)
+
+RUN = {"task_source": "x", "shapes": [{}], "init_seed": 1, "trials": [{"shape_index": 0, "seed": 3}]}
+RUN |= {"timing": None, "device": "cpu", "cpu_threads": 1}
+RECORDS: list[messages.Message] = [
+    Ready(pid=12, torch="2.13.0"),
+    Stage("load", {"applied": ["landlock"], "missing": []}),
+    Stage("trials"),
+    Trial(index=0, dtypes=["float32"], flags=["input_mutation"]),
+    TrialStats(index=2, stats=[[1.0, 2.0, 3.0, 4]]),
+    Timing(samples_ms=[1.0, 2], host_ms=[1.5], kept=[0, 4], kept_counts=[1, 1], fingerprints=[[[0.1]]]),
+    RuntimeReport(phase="trials", report={"kernel_calls": [1, 2]}),
+    Result(builds=[{"name": "m", "ok": True, "seconds": 0.1, "cached": False}], failure=Failure("timeout", "slow")),
+    Result(),
+    BuildResult(ok=True, name="ext_abc", so_path="/x.so", seconds=1.5),
+    Go(),
+    CandidateRequest(
+        **RUN,
+        candidate="c",
+        backend="cpu",
+        compile_only=False,
+        allow_processes=False,
+        workdir="/w",
+        sandbox={},
+        runtime=None,
+    ),
+    ReferenceRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
+    DrawRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: type(r).__name__)
+def test_every_record_round_trips_and_refuses_unknown_missing_and_mistyped_fields(record: Any) -> None:
+    d = record.to_dict()
+    assert type(record).from_dict(d) == record
+    assert decode(d, type(record)) == record
+    with pytest.raises(ProtocolError, match="unknown fields \\['surplus'\\]"):
+        type(record).from_dict({**d, "surplus": 1})
+    for name in [k for k in d if k != "type"]:
+        with pytest.raises(ProtocolError, match=f"missing \\['{name}'\\]"):
+            type(record).from_dict({k: v for k, v in d.items() if k != name})
+        with pytest.raises(ProtocolError, match=f"field '{name}'"):
+            type(record).from_dict({**d, name: object()})
+
+
+def test_types_are_checked_inside_lists_and_nested_records() -> None:
+    with pytest.raises(ProtocolError, match="'dtypes'"):
+        Trial.from_dict({"type": "trial", "index": 0, "dtypes": ["float32", 7], "flags": []})
+    with pytest.raises(ProtocolError, match="'index'"):
+        Trial.from_dict({"type": "trial", "index": True, "dtypes": [], "flags": []})  # a bool is no count
+    with pytest.raises(ProtocolError, match="missing \\['log'\\]"):
+        Result.from_dict({**Result().to_dict(), "failure": {"stage": "cheating"}})
+    with pytest.raises(ProtocolError, match="expected type 'timing'"):
+        Timing.from_dict(Trial(0, [], []).to_dict())
+
+
+def test_decode_refuses_a_type_the_reader_does_not_expect() -> None:
+    with pytest.raises(ProtocolError, match="unexpected message type 'go'"):
+        decode(Go().to_dict(), Trial, Result)
+    with pytest.raises(ProtocolError, match="unexpected message type None"):
+        decode({"index": 0}, Trial)
+
+
+def test_a_hello_of_another_version_names_both_versions() -> None:
+    hello = Ready(pid=1, torch="2.13.0").to_dict()
+    assert read_hello(hello).protocol == messages.PROTOCOL_VERSION
+    with pytest.raises(ProtocolMismatch) as e:
+        read_hello({**hello, "protocol": messages.PROTOCOL_VERSION + 1})
+    assert f"version {messages.PROTOCOL_VERSION + 1}" in str(e.value)
+    assert f"this evaluator version {messages.PROTOCOL_VERSION}" in str(e.value)
+    with pytest.raises(ProtocolMismatch, match="version None"):  # an old worker without a version at all
+        read_hello({"type": "ready", "pid": 1, "torch": "2.13.0"})
+
+
+def test_a_worker_of_another_protocol_version_is_an_infra_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers run this checkout's code (version N); the evaluator is made to expect N + 1, as if the two had
+    been installed from different releases. Neither a forked nor a fresh worker is used; no candidate verdict."""
+    from musaenv.evaluator.local import LocalEvaluator
+    from musaenv.tasks.builtin import get_task
+    from musaenv.types import Stage as Verdict
+    from tests.integration.hazards import hazard_candidate
+
+    theirs = messages.PROTOCOL_VERSION
+    monkeypatch.setattr(messages, "PROTOCOL_VERSION", theirs + 1)
+    with LocalEvaluator("cpu", EvalConfig(static_policy="off")) as ev:
+        result = ev.evaluate(get_task("l1_relu"), hazard_candidate("relu_ok"))
+    assert result.stage is Verdict.INFRA_ERROR
+    text = " ".join(result.messages)
+    assert f"protocol version {theirs}" in text and f"this evaluator version {theirs + 1}" in text
