@@ -9,16 +9,18 @@ version (other musaenv code on the worker's path) is refused before it is sent a
 raises :class:`ProtocolMismatch` naming both versions, which the evaluator reports as ``infra_error``, never as a
 candidate's verdict (a skew once turned every honest candidate into ``timed_output_mismatch``).
 
-Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference worker: :mod:`musaenv.worker.reference`):
+Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference worker:
+:mod:`musaenv.worker.reference`):
 
 * worker -> parent: :class:`Ready`, :class:`Stage`, :class:`Trial`, :class:`TrialStats`, :class:`Timing`,
   :class:`RuntimeReport`, :class:`BuildRequest` (the loader hook, :mod:`musaenv.worker.loader_hook`), :class:`Result`.
 * parent -> worker: :class:`CandidateRequest` (candidate), :class:`ReferenceRequest` / :class:`DrawRequest` /
-  :class:`Shutdown` (reference), :class:`Go`, :class:`BuildResult` (the build service, :mod:`musaenv.evaluator.candidate`).
+  :class:`Shutdown` (reference), :class:`Go`, :class:`BuildResult` (the build service,
+  :mod:`musaenv.evaluator.candidate`).
 
 Nested parts that another module owns and checks (a build spec: :class:`~musaenv.build.buildspec.BuildSpec`;
-a runtime report's body: :mod:`musaenv.verification.runtime`; trial and timing plans: :mod:`musaenv.evaluator.plan`) travel as
-JSON objects whose contents those modules validate.
+a runtime report's body: :mod:`musaenv.verification.runtime`; trial and timing plans:
+:mod:`musaenv.evaluator.plan`) travel as JSON objects whose contents those modules validate.
 """
 
 from __future__ import annotations

@@ -298,7 +298,7 @@ def serve(chan: Channel, role: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the worker process (started by a fresh interpreter; see also :mod:`musaenv.isolation.forkserver`)."""
+    """Entry point of a worker started by a fresh interpreter (see also :mod:`musaenv.isolation.forkserver`)."""
     p = argparse.ArgumentParser()
     p.add_argument("--rfd", type=int, required=True)
     p.add_argument("--wfd", type=int, required=True)

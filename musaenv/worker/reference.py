@@ -2,12 +2,12 @@
 
 Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`; records of :mod:`musaenv.isolation.messages`):
 
-* ``draw`` (:class:`~musaenv.isolation.messages.DrawRequest`): draw a coming request's inputs now (CPU only), while the candidate
-  still runs and does not hold the device, so the reference's turn on the device is shorter. No reply; a failed
-  draw is simply redone later.
-* ``reference`` (:class:`~musaenv.isolation.messages.ReferenceRequest`): correctness trials (and timing, unless cached) of the
-  task's ``Model``; answered with ``trial``, ``trial_stats`` and ``timing`` messages and a ``result``. Uses the
-  drawn inputs when its ``draw_id`` matches the last draw.
+* ``draw`` (:class:`~musaenv.isolation.messages.DrawRequest`): draw a coming request's inputs now (CPU only), while
+  the candidate still runs and does not hold the device, so the reference's turn on the device is shorter. No
+  reply; a failed draw is simply redone later.
+* ``reference`` (:class:`~musaenv.isolation.messages.ReferenceRequest`): correctness trials (and timing, unless
+  cached) of the task's ``Model``; answered with ``trial``, ``trial_stats`` and ``timing`` messages and a
+  ``result``. Uses the drawn inputs when its ``draw_id`` matches the last draw.
 * ``shutdown``.
 """
 
