@@ -57,7 +57,10 @@ class SourceText:
 
 @dataclass
 class RecoveredBuild:
-    """One ``load_inline`` call as far as it could be recovered.
+    """One ``load_inline`` call as far as it could be recovered from the source, never run.
+
+    Not a build request (that is :class:`musaenv.build.buildspec.BuildSpec`, normalised and hashed): a name may have
+    several values here, arguments that could not be recovered are listed, and lines are kept for findings.
 
     Attributes:
         line: Python line of the call.
