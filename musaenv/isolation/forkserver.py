@@ -38,13 +38,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from musaenv.isolation import messages, tempdirs
 
 __all__ = ["ForkServer", "ForkServerError", "acquire", "release", "tie_to_parent"]
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=messages.Message)
 
 START_TIMEOUT_S = 180.0
 REQUEST_TIMEOUT_S = 30.0
@@ -81,7 +82,7 @@ def tie_to_parent(parent_pid: int) -> None:
         os._exit(70)
 
 
-def _child(sock: socket.socket, req: dict[str, Any], fds: list[int], server_pid: int) -> int:
+def _child(sock: socket.socket, req: messages.Spawn, fds: list[int], server_pid: int) -> int:
     """In the forked child: become a worker on the received descriptors. Returns the exit code."""
     rfd, wfd, logfd = fds
     sock.close()
@@ -100,7 +101,7 @@ def _child(sock: socket.socket, req: dict[str, Any], fds: list[int], server_pid:
         if fd not in keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
-    os.chdir(req["cwd"])
+    os.chdir(req.cwd)
     import random
 
     import numpy as np
@@ -111,12 +112,12 @@ def _child(sock: socket.socket, req: dict[str, Any], fds: list[int], server_pid:
 
     module, _, function = _entry.partition(":")
     serve = getattr(importlib.import_module(module), function)
-    return int(serve(Channel(rfd, wfd), str(req["role"])))
+    return int(serve(Channel(rfd, wfd), req.role))
 
 
-def _spawn(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-    if len(fds) != 3 or req.get("role") not in ("candidate", "reference"):
-        return {"error": f"spawn needs 3 descriptors and a role, got {len(fds)} and {req.get('role')!r}"}
+def _spawn(sock: socket.socket, req: messages.Spawn, fds: list[int]) -> messages.Message:
+    if len(fds) != 3 or req.role not in ("candidate", "reference"):
+        return messages.Refused(f"spawn needs 3 descriptors and a role, got {len(fds)} and {req.role!r}")
     sys.stdout.flush()
     sys.stderr.flush()
     server_pid = os.getpid()
@@ -134,18 +135,18 @@ def _spawn(sock: socket.socket, req: dict[str, Any], fds: list[int]) -> dict[str
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(code)
-    return {"pid": pid}
+    return messages.Spawned(pid)
 
 
-def _returncode(pid: int) -> dict[str, Any]:
+def _returncode(pid: int) -> messages.ExitStatus:
     """Exit status without reaping (``WNOWAIT``), as ``Popen.returncode`` spells it; ``None`` while running."""
     try:
         info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
     except ChildProcessError:
-        return {"rc": None, "unknown": True}
+        return messages.ExitStatus(None, unknown=True)
     if info is None:
-        return {"rc": None}
-    return {"rc": info.si_status if info.si_code == os.CLD_EXITED else -info.si_status}
+        return messages.ExitStatus(None)
+    return messages.ExitStatus(info.si_status if info.si_code == os.CLD_EXITED else -info.si_status)
 
 
 def _reap(pids: set[int]) -> None:
@@ -188,29 +189,28 @@ def _serve(sock: socket.socket, released: set[int], spawned: set[int]) -> None:
             return
         if not data:
             return
+        reply: messages.Message
         try:
-            req = json.loads(data)
-            op = req.get("op")
-            if op == "spawn":
+            req = messages.decode(json.loads(data), messages.Spawn, messages.ExitQuery, messages.Release)
+            if isinstance(req, messages.Spawn):
                 reply = _spawn(sock, req, fds)
-                if "pid" in reply:
-                    spawned.add(int(reply["pid"]))
-            elif op == "returncode":
-                reply = _returncode(int(req["pid"]))
-            elif op == "release":
-                released.add(int(req["pid"]))
-                spawned.discard(int(req["pid"]))
-                reply = {}
+                if isinstance(reply, messages.Spawned):
+                    spawned.add(reply.pid)
+            elif isinstance(req, messages.ExitQuery):
+                reply = _returncode(req.pid)
             else:
-                reply = {"error": f"unknown op {op!r}"}
-        except (ValueError, KeyError, TypeError, OSError) as e:
-            reply = {"error": f"bad request: {e}"}
+                assert isinstance(req, messages.Release)
+                released.add(req.pid)
+                spawned.discard(req.pid)
+                reply = messages.Released()
+        except (ValueError, AttributeError, messages.ProtocolError, OSError) as e:
+            reply = messages.Refused(f"bad request: {e}")
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         _reap(released)
-        sock.sendall(json.dumps(reply).encode())
+        sock.sendall(json.dumps(reply.to_dict()).encode())
 
 
 def _package_dir() -> str:
@@ -233,12 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in filter(None, a.preload.split(",")):  # imported once, for every child
         importlib.import_module(name)
 
-    ready = {"type": "ready", "pid": os.getpid(), "torch": torch.__version__, "musaenv": _package_dir()}
-    ready["protocol"] = messages.PROTOCOL_VERSION
-    ready["threads"] = len(os.listdir("/proc/self/task"))  # >1 when a BLAS library started its pool at load
-    # A CUDA context made before fork is unusable in every child: the client refuses such a server.
-    ready["cuda_initialized"] = bool(torch.cuda.is_initialized())
-    sock.sendall(json.dumps(ready).encode())
+    ready = messages.ForkServerReady(
+        protocol=messages.PROTOCOL_VERSION,
+        pid=os.getpid(),
+        torch=torch.__version__,
+        musaenv=_package_dir(),
+        threads=len(os.listdir("/proc/self/task")),
+        cuda_initialized=bool(torch.cuda.is_initialized()),
+    )
+    sock.sendall(json.dumps(ready.to_dict()).encode())
     serve_requests(sock)
     return 0
 
@@ -279,7 +282,7 @@ class ForkServer:
             )
         finally:
             theirs.close()
-        self.ready: dict[str, Any] | None = None
+        self.ready: messages.ForkServerReady | None = None
         self._started = time.monotonic()
         self._dead = False
 
@@ -299,51 +302,59 @@ class ForkServer:
         reply: dict[str, Any] = json.loads(data)
         return reply
 
-    def _call(self, req: dict[str, Any], fds: tuple[int, ...] = ()) -> dict[str, Any]:
+    def _hello(self) -> messages.ForkServerReady:
+        """The server's first message, refused (and the server with it) when its workers would be of other code."""
+        hello = self._recv(START_TIMEOUT_S - (time.monotonic() - self._started))
+        log.debug("fork server ready: %s", hello)
+        self._dead = True  # until every check passed
+        if hello.get("protocol") != messages.PROTOCOL_VERSION:  # checked first: its workers would be refused
+            raise ForkServerError(
+                f"the fork server speaks protocol version {hello.get('protocol')!r}, this process "
+                f"version {messages.PROTOCOL_VERSION}; not forking from it"
+            )
+        try:
+            ready = messages.ForkServerReady.from_dict(hello)
+        except messages.ProtocolError as e:
+            raise ForkServerError(f"the fork server's first message: {e}") from None
+        if ready.cuda_initialized:
+            raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
+        if ready.musaenv != _package_dir():  # a worker of other code: false verdicts
+            raise ForkServerError(
+                f"the fork server imported musaenv from {ready.musaenv}, this process from "
+                f"{_package_dir()}; not forking from it"
+            )
+        self._dead = False
+        return ready
+
+    def _call(self, req: messages.Message, answer: type[M], fds: tuple[int, ...] = ()) -> M:
         with self._lock:
             if self._dead:
                 raise ForkServerError("the fork server has stopped")
             try:
                 if self.ready is None:
-                    self.ready = self._recv(START_TIMEOUT_S - (time.monotonic() - self._started))
-                    log.debug("fork server ready: %s", self.ready)
-                    if self.ready.get("cuda_initialized"):
-                        self._dead = True
-                        raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
-                    if self.ready.get("protocol") != messages.PROTOCOL_VERSION:  # its workers would be refused
-                        self._dead = True
-                        raise ForkServerError(
-                            f"the fork server speaks protocol version {self.ready.get('protocol')!r}, this process "
-                            f"version {messages.PROTOCOL_VERSION}; not forking from it"
-                        )
-                    if self.ready.get("musaenv") != _package_dir():  # a worker of other code: false verdicts
-                        self._dead = True
-                        raise ForkServerError(
-                            f"the fork server imported musaenv from {self.ready.get('musaenv')}, this process from "
-                            f"{_package_dir()}; not forking from it"
-                        )
-                socket.send_fds(self._sock, [json.dumps(req).encode()], list(fds))
-                reply = self._recv(REQUEST_TIMEOUT_S)
-            except (OSError, ValueError) as e:
+                    self.ready = self._hello()
+                socket.send_fds(self._sock, [json.dumps(req.to_dict()).encode()], list(fds))
+                reply = messages.decode(self._recv(REQUEST_TIMEOUT_S), answer, messages.Refused)
+            except (OSError, ValueError, AttributeError, messages.ProtocolError) as e:
                 self._dead = True
                 raise ForkServerError(f"the fork server failed: {e}") from None
-        if "error" in reply:
-            raise ForkServerError(str(reply["error"]))
+        if isinstance(reply, messages.Refused):
+            raise ForkServerError(reply.error)
+        assert isinstance(reply, answer)
         return reply
 
     def spawn(self, role: str, rfd: int, wfd: int, logfd: int, cwd: str) -> int:
         """Fork a worker with these channel ends, log file and working directory; returns its pid."""
-        return int(self._call({"op": "spawn", "role": role, "cwd": cwd}, (rfd, wfd, logfd))["pid"])
+        return self._call(messages.Spawn(role=role, cwd=cwd), messages.Spawned, (rfd, wfd, logfd)).pid
 
     def returncode(self, pid: int) -> int | None:
         """The worker's exit code (negative: killed by that signal); ``None`` while it runs or when unknown."""
-        rc = self._call({"op": "returncode", "pid": pid}).get("rc")
-        return None if rc is None else int(rc)
+        return self._call(messages.ExitQuery(pid), messages.ExitStatus).rc
 
     def release(self, pid: int) -> None:
         """Let the server reap ``pid`` (after it was killed); its pid may be reused afterwards."""
         with contextlib.suppress(ForkServerError):
-            self._call({"op": "release", "pid": pid})
+            self._call(messages.Release(pid), messages.Released)
 
     def close(self) -> None:
         """Stop the server (its workers are killed by their own handles)."""

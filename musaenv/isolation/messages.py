@@ -41,17 +41,25 @@ __all__ = [
     "BuildResult",
     "CandidateRequest",
     "DrawRequest",
+    "ExitQuery",
+    "ExitStatus",
     "Failure",
+    "ForkServerReady",
     "Go",
     "Message",
     "ProtocolError",
     "ProtocolMismatch",
     "Ready",
     "ReferenceRequest",
+    "Refused",
+    "Release",
+    "Released",
     "Result",
     "RunRequest",
     "RuntimeReport",
     "Shutdown",
+    "Spawn",
+    "Spawned",
     "Stage",
     "Timing",
     "Trial",
@@ -61,7 +69,7 @@ __all__ = [
 ]
 
 # Raise on any change of a record's fields or meaning: parent and workers must run the same code.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: the fork server's requests and replies are records too
 
 M = TypeVar("M", bound="Message")
 
@@ -370,3 +378,76 @@ class DrawRequest(ReferenceRequest):
     """Draw a coming :class:`ReferenceRequest`'s inputs now (CPU only; no reply)."""
 
     TYPE: ClassVar[str] = "draw"
+
+
+# ------------------------------------------------------------------ parent <-> fork server (isolation/forkserver.py)
+
+
+@dataclass(frozen=True)
+class ForkServerReady(Message):
+    """The fork server's first message: it imported torch and the preloaded modules, and waits for requests."""
+
+    TYPE: ClassVar[str] = "forkserver_ready"
+    protocol: int
+    pid: int
+    torch: str
+    musaenv: str  # the package directory it imported (the client refuses other code)
+    threads: int  # >1 when a library started a thread pool at import (forked children get one thread)
+    cuda_initialized: bool  # a CUDA context before fork is unusable in every child: the client refuses it
+
+
+@dataclass(frozen=True)
+class Spawn(Message):
+    """Fork a worker of ``role`` in ``cwd`` on the three descriptors sent with the request (read, write, log)."""
+
+    TYPE: ClassVar[str] = "spawn"
+    role: str
+    cwd: str
+
+
+@dataclass(frozen=True)
+class ExitQuery(Message):
+    """The exit status of a forked worker, without reaping it."""
+
+    TYPE: ClassVar[str] = "exit_query"
+    pid: int
+
+
+@dataclass(frozen=True)
+class Release(Message):
+    """The worker ``pid`` may be reaped (its pid may be reused afterwards)."""
+
+    TYPE: ClassVar[str] = "release"
+    pid: int
+
+
+@dataclass(frozen=True)
+class Spawned(Message):
+    """The answer to :class:`Spawn`: the worker's pid."""
+
+    TYPE: ClassVar[str] = "spawned"
+    pid: int
+
+
+@dataclass(frozen=True)
+class ExitStatus(Message):
+    """The answer to :class:`ExitQuery`, as ``Popen.returncode`` spells it (``None`` while running or unknown)."""
+
+    TYPE: ClassVar[str] = "exit_status"
+    rc: int | None
+    unknown: bool = False
+
+
+@dataclass(frozen=True)
+class Released(Message):
+    """The answer to :class:`Release`."""
+
+    TYPE: ClassVar[str] = "released"
+
+
+@dataclass(frozen=True)
+class Refused(Message):
+    """The fork server could not do what was asked (a malformed request, a wrong number of descriptors)."""
+
+    TYPE: ClassVar[str] = "refused"
+    error: str

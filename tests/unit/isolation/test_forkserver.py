@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
+from musaenv.isolation import messages
 from musaenv.isolation.forkserver import ForkServer, ForkServerError
 from musaenv.isolation.process import WorkerProcess, worker_env
 
@@ -91,3 +94,20 @@ def test_a_server_running_another_musaenv_is_refused(tmp_path):
             w.close()
     finally:
         s.close()
+
+
+def test_a_malformed_request_is_refused_by_name_and_the_server_keeps_serving(server):
+    """Requests and replies are records: an unknown field is refused (not guessed at), and a refusal is an error."""
+    w = WorkerProcess("candidate", 1, None, server)  # the server has said hello and serves
+    try:
+        assert w.wait_ready(180)
+        with server._lock:
+            bad = {**messages.ExitQuery(w.pid).to_dict(), "surplus": 1}
+            socket.send_fds(server._sock, [json.dumps(bad).encode()], [])
+            reply = messages.decode(server._recv(30), messages.Refused)
+        assert isinstance(reply, messages.Refused) and "unknown fields ['surplus']" in reply.error
+        with pytest.raises(ForkServerError, match="spawn needs 3 descriptors"):
+            server._call(messages.Spawn(role="candidate", cwd="/"), messages.Spawned)
+        assert server.alive and server.returncode(w.pid) is None  # still answering, the worker still running
+    finally:
+        w.kill()

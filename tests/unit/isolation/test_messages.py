@@ -54,6 +54,16 @@ RECORDS: list[messages.Message] = [
     ),
     ReferenceRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
     DrawRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
+    # parent <-> fork server
+    messages.ForkServerReady(protocol=3, pid=5, torch="2.13.0", musaenv="/m", threads=1, cuda_initialized=False),
+    messages.Spawn(role="candidate", cwd="/w"),
+    messages.ExitQuery(7),
+    messages.Release(7),
+    messages.Spawned(7),
+    messages.ExitStatus(-9),
+    messages.ExitStatus(None, unknown=True),
+    messages.Released(),
+    messages.Refused("spawn needs 3 descriptors"),
 ]
 
 
