@@ -8,7 +8,7 @@
 // threads that already exist (an OpenBLAS pool is started by `import numpy`/`import torch`) are reached with a
 // real-time signal whose handler applies the same change on that thread, the way Go's AllThreadsSyscall does.
 //
-// The BPF program must stay byte-identical to musaenv/isolation/seccomp.py::seccomp_program; a unit test compares.
+// The seccomp program itself is assembled once, in Python (musaenv/isolation/seccomp.py); this module only loads it.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -38,31 +38,11 @@ namespace py = pybind11;
 namespace {
 
 // ---- constants (defined here: distro headers lag the kernel; values from the kernel's uapi headers) ----------------
-constexpr uint32_t kRetAllow = 0x7fff0000U;  // SECCOMP_RET_ALLOW
-constexpr uint32_t kRetErrno = 0x00050000U;  // SECCOMP_RET_ERRNO | errno
-constexpr unsigned kSetModeFilter = 1;       // SECCOMP_SET_MODE_FILTER
-constexpr unsigned kFilterTsync = 1;         // SECCOMP_FILTER_FLAG_TSYNC
-constexpr uint32_t kCloneThread = 0x00010000U;
-constexpr uint32_t kAfUnix = 1;
-#if defined(__x86_64__)
-constexpr uint32_t kAuditArch = 0xC000003EU;  // AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-constexpr uint32_t kAuditArch = 0xC00000B7U;  // AUDIT_ARCH_AARCH64
-#else
-#error "musaenv._guard supports x86_64 and aarch64 only"
-#endif
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "arg_lo() assumes little-endian seccomp_data.args");
+constexpr unsigned kSetModeFilter = 1;  // SECCOMP_SET_MODE_FILTER
+constexpr unsigned kFilterTsync = 1;    // SECCOMP_FILTER_FLAG_TSYNC
+constexpr size_t kBpfMaxInsns = 4096;   // BPF_MAXINSNS
 // Syscalls newer than some distro headers; the numbers are shared by all architectures since Linux 5.1.
 constexpr long kNrLandlockCreate = 444, kNrLandlockAddRule = 445, kNrLandlockRestrict = 446;
-#ifndef __NR_fchmodat2
-#define __NR_fchmodat2 452
-#endif
-#ifndef __NR_setxattrat
-#define __NR_setxattrat 463
-#endif
-#ifndef __NR_removexattrat
-#define __NR_removexattrat 466
-#endif
 
 // Landlock (include/uapi/linux/landlock.h, kernel 6.15 = ABI 7).
 constexpr uint64_t kFsWriteFile = 1ULL << 1, kFsRemoveDir = 1ULL << 4, kFsRemoveFile = 1ULL << 5,
@@ -92,128 +72,15 @@ struct __attribute__((packed)) PathBeneathAttr {
 }
 
 // ---- seccomp ------------------------------------------------------------------------------------------------------
-enum class Rule { kDeny, kEnosys, kSocket, kClone, kPrlimit };
-struct Entry {
-  long nr;
-  Rule rule;
-};
-
-std::vector<Entry> filter_entries(bool net, bool proc, bool exec, bool admin) {
-  std::vector<Entry> e;
-  auto deny = [&e](long nr) { e.push_back({nr, Rule::kDeny}); };
-  if (net) {
-    e.push_back({__NR_socket, Rule::kSocket});
-    deny(__NR_io_uring_setup);  // io_uring can open sockets without a socket() syscall that seccomp would see
+void install_seccomp_program(const py::bytes& program) {
+  std::string code = program;  // a private copy the kernel reads while this call runs
+  const size_t n = code.size() / sizeof(sock_filter);
+  if (n == 0 || n > kBpfMaxInsns || code.size() % sizeof(sock_filter) != 0) {
+    raise_os(EINVAL, "a seccomp program is 1 to 4096 instructions of 8 bytes, got " + std::to_string(code.size()));
   }
-  if (proc) {
-#ifdef __NR_fork
-    deny(__NR_fork);
-    deny(__NR_vfork);
-#endif
-    e.push_back({__NR_clone, Rule::kClone});
-    // clone3 passes its flags in a struct that BPF cannot read; ENOSYS makes glibc >= 2.34 fall back to clone.
-    e.push_back({__NR_clone3, Rule::kEnosys});
-  }
-  if (exec) {
-    deny(__NR_execve);
-    deny(__NR_execveat);
-  }
-  if (admin) {
-    for (long nr : {__NR_ptrace, __NR_process_vm_readv, __NR_process_vm_writev, __NR_init_module,
-                    __NR_finit_module, __NR_delete_module, __NR_kexec_load, __NR_kexec_file_load, __NR_reboot,
-                    __NR_swapon, __NR_swapoff, __NR_mount, __NR_umount2, __NR_pivot_root, __NR_move_mount,
-                    __NR_fsopen, __NR_fsmount, __NR_fspick, __NR_mount_setattr, __NR_bpf, __NR_setrlimit}) {
-      deny(nr);
-    }
-    e.push_back({__NR_prlimit64, Rule::kPrlimit});
-#ifdef __NR_chmod
-    deny(__NR_chmod);
-#endif
-    deny(__NR_fchmod);
-    deny(__NR_fchmodat);
-    deny(__NR_fchmodat2);
-#ifdef __NR_chown
-    deny(__NR_chown);
-#endif
-    deny(__NR_fchown);
-#ifdef __NR_lchown
-    deny(__NR_lchown);
-#endif
-    for (long nr : {(long)__NR_fchownat, (long)__NR_setxattr, (long)__NR_lsetxattr, (long)__NR_fsetxattr,
-                    (long)__NR_setxattrat, (long)__NR_removexattr, (long)__NR_lremovexattr,
-                    (long)__NR_fremovexattr, (long)__NR_removexattrat, (long)__NR_unshare, (long)__NR_setns,
-                    (long)__NR_add_key, (long)__NR_request_key, (long)__NR_keyctl,
-                    // CPU affinity is set by the parent for the timed calls (musaenv.evaluator.cpu_watch)
-                    (long)__NR_sched_setaffinity}) {
-      deny(nr);
-    }
-  }
-  return e;
-}
-
-uint32_t arg_lo(int i) {  // offset of the low 32 bits of seccomp_data.args[i] (little-endian targets only)
-  return static_cast<uint32_t>(16 + 8 * i);
-}
-
-std::vector<sock_filter> build_program(bool net, bool proc, bool exec, bool admin) {
-  std::vector<sock_filter> p;
-  auto stmt = [&p](uint16_t code, uint32_t k) { p.push_back(sock_filter{code, 0, 0, k}); };
-  auto jump = [&p](uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) { p.push_back(sock_filter{code, jt, jf, k}); };
-  const uint16_t ld = BPF_LD | BPF_W | BPF_ABS, jeq = BPF_JMP | BPF_JEQ | BPF_K, ret = BPF_RET | BPF_K;
-  const uint32_t eperm = kRetErrno | EPERM;
-  stmt(ld, 4);  // seccomp_data.arch: a foreign ABI (i386 int 0x80) would dodge every number below
-  jump(jeq, kAuditArch, 1, 0);
-  stmt(ret, eperm);
-  stmt(ld, 0);  // seccomp_data.nr
-#if defined(__x86_64__)
-  jump(BPF_JMP | BPF_JGE | BPF_K, 0x40000000U, 0, 1);  // __X32_SYSCALL_BIT: x32 numbers share AUDIT_ARCH_X86_64
-  stmt(ret, eperm);
-#endif
-  for (const Entry& en : filter_entries(net, proc, exec, admin)) {
-    const uint32_t nr = static_cast<uint32_t>(en.nr);
-    switch (en.rule) {
-      case Rule::kDeny:
-      case Rule::kEnosys:
-        jump(jeq, nr, 0, 1);
-        stmt(ret, en.rule == Rule::kDeny ? eperm : (kRetErrno | ENOSYS));
-        break;
-      case Rule::kSocket:  // allow AF_UNIX only: every other family reaches a network or the kernel's
-        jump(jeq, nr, 0, 4);
-        stmt(ld, arg_lo(0));
-        jump(jeq, kAfUnix, 0, 1);
-        stmt(ret, kRetAllow);
-        stmt(ret, eperm);
-        break;
-      case Rule::kClone:  // a new thread (CLONE_THREAD) is fine, a new process is not
-        jump(jeq, nr, 0, 4);
-        stmt(ld, arg_lo(0));
-        jump(BPF_JMP | BPF_JSET | BPF_K, kCloneThread, 0, 1);
-        stmt(ret, kRetAllow);
-        stmt(ret, eperm);
-        break;
-      case Rule::kPrlimit:  // reading limits (new_limit == NULL) is what glibc's getrlimit does; setting is denied
-        jump(jeq, nr, 0, 6);
-        stmt(ld, arg_lo(2));
-        jump(jeq, 0, 0, 3);
-        stmt(ld, arg_lo(2) + 4);
-        jump(jeq, 0, 0, 1);
-        stmt(ret, kRetAllow);
-        stmt(ret, eperm);
-        break;
-    }
-  }
-  stmt(ret, kRetAllow);
-  return p;
-}
-
-py::bytes seccomp_program(bool block_network, bool block_process_creation, bool block_exec, bool block_admin) {
-  const auto p = build_program(block_network, block_process_creation, block_exec, block_admin);
-  return py::bytes(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(sock_filter));
-}
-
-void install_seccomp(bool block_network, bool block_process_creation, bool block_exec, bool block_admin) {
-  auto p = build_program(block_network, block_process_creation, block_exec, block_admin);
-  sock_fprog prog{static_cast<unsigned short>(p.size()), p.data()};
+  std::vector<sock_filter> p(n);
+  std::memcpy(p.data(), code.data(), code.size());
+  sock_fprog prog{static_cast<unsigned short>(n), p.data()};
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) raise_os(errno, "prctl(PR_SET_NO_NEW_PRIVS)");
   // TSYNC: the filter covers the threads torch/OpenBLAS already started, not only this one.
   long rc = syscall(__NR_seccomp, kSetModeFilter, kFilterTsync, &prog);
@@ -374,14 +241,9 @@ int restrict_writes(const std::vector<std::string>& allowed, bool deny_tcp, bool
 
 PYBIND11_MODULE(_guard, m) {
   m.doc() = "Kernel-level guards for the musaenv worker: seccomp-BPF, Landlock, capabilities (Linux only).";
-  m.def("seccomp_program", &seccomp_program, py::arg("block_network"), py::arg("block_process_creation"),
-        py::arg("block_exec"), py::arg("block_admin") = true,
-        "The BPF program install_seccomp would load, as bytes (8 per instruction, native byte order).");
-  m.def("install_seccomp", &install_seccomp, py::arg("block_network"), py::arg("block_process_creation"),
-        py::arg("block_exec"), py::arg("block_admin") = true,
-        "Set no_new_privs and load the seccomp filter on every thread (TSYNC). Denied calls fail with EPERM;\n"
-        "clone3 fails with ENOSYS so glibc falls back to clone, whose CLONE_THREAD flag the filter can read.\n"
-        "Raises OSError when the kernel refuses.");
+  m.def("install_seccomp_program", &install_seccomp_program, py::arg("program"),
+        "Set no_new_privs and load `program` (musaenv.isolation.seccomp.seccomp_program's bytes, 8 per\n"
+        "instruction) as the seccomp filter of every thread (TSYNC). Raises OSError when the kernel refuses.");
   m.def("landlock_abi", &landlock_abi, "Landlock ABI version of the running kernel, 0 when unsupported.");
   m.def("restrict_writes", &restrict_writes, py::arg("allowed_paths"), py::arg("deny_tcp") = false,
         py::arg("scope") = false,

@@ -100,8 +100,7 @@ class _PyGuard:
             return 0
 
     @staticmethod
-    def install_seccomp(net: bool, proc: bool, exe: bool, admin: bool = True) -> None:
-        prog = seccomp_program(net, proc, exe, admin)
+    def install_seccomp_program(prog: bytes) -> None:
         buf = ctypes.create_string_buffer(prog, len(prog))
         fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
         _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
@@ -377,7 +376,11 @@ def _uncovered(guard: Any) -> int:
 def _seccomp(guard: Any, cfg: SandboxConfig, processes: bool, exe: bool, steps: _Steps) -> None:
     groups = {"seccomp_network": cfg.block_network, "seccomp_processes": processes, "seccomp_exec": exe}
     groups["seccomp_admin"] = True
-    if not steps.run("seccomp", lambda: guard.install_seccomp(cfg.block_network, processes, exe, True)):
+    program = seccomp_program(cfg.block_network, processes, exe, True)
+    # One program, assembled in Python; either guard only loads it (an extension built before it took the program
+    # lacks the call: the ctypes loader does the same).
+    install = getattr(guard, "install_seccomp_program", _PyGuard.install_seccomp_program)
+    if not steps.run("seccomp", lambda: install(program)):
         return
     steps.applied.remove("seccomp")  # reported per group below
     for name, on in groups.items():

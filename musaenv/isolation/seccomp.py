@@ -1,6 +1,8 @@
-"""The sandbox's seccomp-BPF program, built byte for byte like ``filter_entries()`` in ``csrc/guard.cpp``.
+"""The sandbox's seccomp-BPF program, assembled here and nowhere else.
 
-Pure Python (struct packing): no system call is made here; :mod:`musaenv.isolation.sandbox` loads the program.
+Pure Python (struct packing): no system call is made here. :mod:`musaenv.isolation.sandbox` loads the program,
+through the C++ helper (``musaenv._guard.install_seccomp_program``, which only checks its length and loads it) or
+through ctypes; both load these bytes, so the two sandbox implementations cannot drift apart.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ _ADMIN = (  # noqa: SIM905
     "removexattr lremovexattr fremovexattr removexattrat unshare setns add_key request_key keyctl "
     "sched_setaffinity"  # the parent pins the worker's threads for the timed calls (cpu_watch)
 ).split()
-# Same order and rules as filter_entries() in csrc/guard.cpp: the programs must be identical.
 _GROUPS = {
     "network": ["socket", "io_uring_setup"],
     "processes": ["fork", "vfork", "clone", "clone3"],

@@ -8,7 +8,6 @@ way the worker does, probes it and prints one JSON line. Both implementations ar
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import json
 import os
 import socket
@@ -20,10 +19,11 @@ from typing import Any
 import pytest
 
 import musaenv
+from musaenv._env import child_env
 from musaenv.config import SandboxConfig
 from musaenv.errors import ConfigError
 from musaenv.isolation.proctree import descendants, kill_tree, open_inet_sockets, thread_count
-from musaenv.isolation.sandbox import SandboxReport, enter_sandbox, seccomp_program
+from musaenv.isolation.sandbox import SandboxReport, enter_sandbox
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 
@@ -62,6 +62,7 @@ def early_writer():
 early_thread = threading.Thread(target=early_writer)
 early_thread.start()
 
+from musaenv._env import child_env
 from musaenv.config import SandboxConfig
 from musaenv.isolation.sandbox import enter_sandbox
 report = enter_sandbox(SandboxConfig(address_space_mb=ADDRESS_SPACE_MB, cpu_time_s=300), workdir)
@@ -202,10 +203,25 @@ def test_memory_hog_gets_memory_error_and_the_worker_survives(probe: dict[str, A
 
 
 @pytest.mark.skipif(not HAS_EXTENSION, reason="musaenv._guard not built")
-def test_extension_and_fallback_build_the_same_bpf_program() -> None:
+def test_the_extension_loads_the_python_program_and_refuses_a_malformed_one() -> None:
+    """One assembler (seccomp.py): the extension loads its bytes; a length that is no program is refused first."""
     guard = importlib.import_module("musaenv._guard")
-    for net, proc, exe, admin in itertools.product([False, True], repeat=4):
-        assert guard.seccomp_program(net, proc, exe, admin) == seccomp_program(net, proc, exe, admin)
+    for bad in (b"", b"\0" * 12, b"\0" * 8 * 4097):
+        with pytest.raises(OSError, match="seccomp program is 1 to 4096 instructions"):
+            guard.install_seccomp_program(bad)
+    code = (
+        "import errno, socket\n"
+        "from musaenv import _guard\n"
+        "from musaenv.isolation.seccomp import seccomp_program\n"
+        "_guard.install_seccomp_program(seccomp_program(True, False, False, True))\n"
+        "socket.socket(socket.AF_UNIX).close()\n"
+        "try:\n"
+        "    socket.socket(socket.AF_INET)\n"
+        "except PermissionError:\n"
+        "    print('denied')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=child_env())
+    assert out.stdout.strip() == "denied", out.stderr
 
 
 def test_processes_can_be_allowed_while_the_network_stays_blocked(tmp_path: Path) -> None:
