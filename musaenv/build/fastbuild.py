@@ -123,13 +123,13 @@ def _writes_only(tmp: Path) -> Callable[[], None]:
     """A ``preexec_fn`` stacking a Landlock layer on a compiler process: it may write ``tmp`` (and
     ``/dev/null``) only, not the shared store the builder itself may write. Without Landlock it changes
     nothing (the build sandbox still holds)."""
-    from musaenv.isolation.sandbox import _PyGuard  # imported before the fork: no import lock in the child
+    from musaenv.isolation.ctypes_guard import PyGuard  # imported before the fork: no import lock in the child
 
     paths = [str(tmp), "/dev/null"]
 
     def apply() -> None:
         with contextlib.suppress(OSError):  # without it the builder's own sandbox still confines the compiler
-            _PyGuard.restrict_writes(paths)
+            PyGuard.restrict_writes(paths)
 
     return apply
 

@@ -4,20 +4,18 @@ Measures, in the order applied (docs/sandbox.md explains each, the hazard it ans
 private working directory, OOM-killer preference, resource limits, a network namespace (only when seccomp is
 missing), Landlock write restriction, dropping capabilities, and a seccomp-BPF filter last (it forbids some of the
 calls the earlier steps make). The kernel-facing work is done by the C++ helper ``musaenv._guard`` when it is built,
-else by the ctypes code below, which builds the same BPF program byte for byte but cannot reach threads other than
-the calling one for the per-thread measures (Landlock, capabilities); the report says so.
+else by the ctypes code of :mod:`musaenv.isolation.ctypes_guard`, which loads the same BPF program but cannot reach
+threads other than the calling one for the per-thread measures (Landlock, capabilities); the report says so.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import glob
 import importlib
 import logging
 import math
 import os
-import platform
 import resource
 import stat
 import tempfile
@@ -30,138 +28,18 @@ from typing import Any
 from musaenv import _env
 from musaenv.config import SandboxConfig
 from musaenv.errors import ConfigError, EvaluatorError
+from musaenv.isolation.ctypes_guard import PyGuard, isolate_network_namespace, landlock_abi, syscall
 from musaenv.isolation.hidden_paths import hide_paths
 from musaenv.isolation.proctree import thread_count
-from musaenv.isolation.seccomp import CLONE_NEWNET, CLONE_NEWUSER, RET_ERRNO, seccomp_program, syscall_numbers
+from musaenv.isolation.seccomp import RET_ERRNO, seccomp_program
 
 __all__ = ["SandboxReport", "enter_sandbox", "isolate_network_namespace", "landlock_abi", "seccomp_program"]
 
 log = logging.getLogger(__name__)
 
-# Landlock (linux/landlock.h): write-type filesystem rights per ABI, TCP rights (ABI 4), scopes (ABI 6).
-_LL_WRITE = 0b1_1111_1111_0010  # WRITE_FILE, REMOVE_DIR/FILE, MAKE_CHAR/DIR/REG/SOCK/FIFO/BLOCK/SYM
-_LL_REFER, _LL_TRUNCATE, _LL_FILE_RIGHTS = 1 << 13, 1 << 14, (1 << 1) | (1 << 14)
-_NR_LL_CREATE, _NR_LL_ADD_RULE, _NR_LL_RESTRICT = 444, 445, 446
 # Device nodes a GPU runtime opens read-write after the sandbox is up (CUDA initialises lazily).
 # /dev/mtgpu*: Moore Threads' nodes, assumed (no MUSA machine was at hand; its DRM nodes are covered by /dev/dri).
 _GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/card*", "/dev/dri/renderD*", "/dev/mtgpu*")
-
-
-_LIBC: list[ctypes.CDLL] = []  # loaded on first use, not at import
-
-
-def _libc() -> ctypes.CDLL:
-    if not _LIBC:
-        lib = ctypes.CDLL(None, use_errno=True)
-        lib.syscall.restype = ctypes.c_long
-        _LIBC.append(lib)
-    return _LIBC[0]
-
-
-def _check(rc: int, what: object) -> int:
-    if rc < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-    return rc
-
-
-def _sys(name_or_nr: str | int, *args: Any) -> int:
-    """Raw syscall through libc's ``syscall()``; raises OSError like the C++ helper does."""
-    nr = name_or_nr if isinstance(name_or_nr, int) else syscall_numbers(platform.machine())[name_or_nr]
-    cargs = (ctypes.c_long(a) if isinstance(a, int) else a for a in args)
-    return _check(int(_libc().syscall(ctypes.c_long(nr), *cargs)), f"syscall {name_or_nr}")
-
-
-def _prctl(option: int, arg2: int = 0) -> None:
-    _check(int(_libc().prctl(option, ctypes.c_ulong(arg2), 0, 0, 0)), f"prctl({option})")
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-class _PyGuard:
-    """ctypes twin of ``musaenv._guard``; per-thread measures reach the calling thread only."""
-
-    @staticmethod
-    def landlock_abi() -> int:
-        try:
-            return _sys(_NR_LL_CREATE, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
-        except OSError:
-            return 0
-
-    @staticmethod
-    def install_seccomp_program(prog: bytes) -> None:
-        buf = ctypes.create_string_buffer(prog, len(prog))
-        fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
-        _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
-        if _sys("seccomp", 1, 1, ctypes.byref(fprog)) > 0:  # SET_MODE_FILTER, FLAG_TSYNC; > 0: tid that failed
-            raise OSError(11, "seccomp TSYNC failed on another thread")
-
-    @staticmethod
-    def restrict_writes(paths: Sequence[str], deny_tcp: bool = False, scope: bool = False) -> int:
-        abi = _PyGuard.landlock_abi()
-        if abi <= 0:
-            return 0
-        fs = _LL_WRITE | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
-        attr = _RulesetAttr(fs, 0b11 if deny_tcp and abi >= 4 else 0, 0b11 if scope and abi >= 6 else 0)
-        rfd = _sys(_NR_LL_CREATE, ctypes.byref(attr), 24 if abi >= 6 else 16 if abi >= 4 else 8, 0)
-        try:
-            for path in paths:
-                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                try:
-                    rights = fs if os.path.isdir(path) else fs & _LL_FILE_RIGHTS
-                    _sys(_NR_LL_ADD_RULE, rfd, 1, ctypes.byref(_PathBeneath(rights, pfd)), 0)
-                finally:
-                    os.close(pfd)
-            _prctl(38, 1)
-            _sys(_NR_LL_RESTRICT, rfd, 0)
-        finally:
-            os.close(rfd)
-        return abi
-
-    @staticmethod
-    def drop_capabilities() -> None:
-        for cap in range(64):
-            with contextlib.suppress(OSError):  # EINVAL past the last cap, EPERM when unprivileged
-                _prctl(24, cap)  # PR_CAPBSET_DROP
-        with contextlib.suppress(OSError):  # EINVAL before Linux 4.3
-            _prctl(47, 4)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-        _sys("capset", ctypes.byref(header), ctypes.byref((ctypes.c_uint32 * 6)()))
-
-    @staticmethod
-    def last_thread_sync() -> tuple[int, int]:
-        return (0, 0)
-
-
-def landlock_abi() -> int:
-    """Landlock ABI version of the running kernel (0 when unsupported); costs one syscall."""
-    return _PyGuard.landlock_abi()
-
-
-def isolate_network_namespace() -> None:
-    """Move the calling thread into a new, empty network namespace (only a loopback that is down).
-
-    ``unshare(CLONE_NEWNET)`` needs CAP_SYS_ADMIN; without it, a new user namespace is tried as well, which the
-    kernel allows only in a single-threaded process. Threads that already exist keep the old namespace.
-
-    Raises:
-        OSError: Neither worked (EPERM without privileges, EINVAL in a multi-threaded process).
-    """
-    unshare = _libc().unshare
-    if unshare(CLONE_NEWNET) == 0:
-        return
-    _check(int(unshare(CLONE_NEWUSER | CLONE_NEWNET)), "unshare(CLONE_NEWUSER|CLONE_NEWNET)")
 
 
 @dataclass(frozen=True)
@@ -257,7 +135,7 @@ def _load_guard(impl: str, steps: _Steps) -> tuple[Any, str]:
         raise ConfigError(f"sandbox implementation: expected auto, extension or python, found {impl!r}.")
     if impl == "python":
         steps.record("extension", "ctypes fallback requested")
-        return _PyGuard, "python"
+        return PyGuard, "python"
     try:
         return importlib.import_module("musaenv._guard"), "extension"
     except ImportError as exc:
@@ -267,7 +145,7 @@ def _load_guard(impl: str, steps: _Steps) -> tuple[Any, str]:
                 "Build it with `python setup.py build_ext --inplace` or reinstall musaenv with a C++ compiler."
             ) from exc
         steps.record("extension", f"musaenv._guard not importable ({exc}); using the ctypes fallback")
-        return _PyGuard, "python"
+        return PyGuard, "python"
 
 
 def _enter_workdir(workdir: Path) -> None:
@@ -329,7 +207,7 @@ def _apply_rlimits(cfg: SandboxConfig, steps: _Steps) -> None:
 def _seccomp_available() -> bool:
     """SECCOMP_GET_ACTION_AVAIL for SECCOMP_RET_ERRNO: true when filters can be loaded (Linux >= 4.14)."""
     try:
-        return _sys("seccomp", 2, 0, ctypes.byref(ctypes.c_uint32(RET_ERRNO))) == 0
+        return syscall("seccomp", 2, 0, ctypes.byref(ctypes.c_uint32(RET_ERRNO))) == 0
     except (OSError, EvaluatorError):
         return False
 
@@ -367,7 +245,7 @@ def _landlock(guard: Any, paths: list[str], block_network: bool, steps: _Steps) 
 
 
 def _uncovered(guard: Any) -> int:
-    if guard is _PyGuard:
+    if guard is PyGuard:
         return thread_count() - 1
     signalled, confirmed = guard.last_thread_sync()
     return int(signalled) - int(confirmed)
@@ -379,7 +257,7 @@ def _seccomp(guard: Any, cfg: SandboxConfig, processes: bool, exe: bool, steps: 
     program = seccomp_program(cfg.block_network, processes, exe, True)
     # One program, assembled in Python; either guard only loads it (an extension built before it took the program
     # lacks the call: the ctypes loader does the same).
-    install = getattr(guard, "install_seccomp_program", _PyGuard.install_seccomp_program)
+    install = getattr(guard, "install_seccomp_program", PyGuard.install_seccomp_program)
     if not steps.run("seccomp", lambda: install(program)):
         return
     steps.applied.remove("seccomp")  # reported per group below
