@@ -21,6 +21,8 @@ Rules (docs/tasks.md has the measured numbers behind the defaults):
 * A tier left with one shape gets the warning ``single_shape`` (with the reason in :attr:`Derivation.notes`).
 """
 
+# Over ~400 lines on purpose: _Deriver is one rule set applied in the order the docstring states it, each rule a
+# short method; split across modules, the order (which a derived shape depends on) would no longer read in one place.
 from __future__ import annotations
 
 import json
