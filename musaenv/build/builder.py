@@ -30,21 +30,6 @@ from musaenv.isolation.build_jail import run_confined
 
 log = logging.getLogger("musaenv.build.builder")
 
-# The builder runs as ``__main__`` under a bare ``musaenv`` package object: ``musaenv/__init__`` registers the envs
-# with Gymnasium, which imports NumPy (~0.15 s of CPU, a twentieth of a cached build) that no build needs. Builds
-# import submodules only (``from musaenv import _env`` finds the submodule through the package's ``__path__``).
-_LAUNCH = (
-    "import runpy, sys, types\n"
-    "pkg = types.ModuleType('musaenv'); pkg.__path__ = [sys.argv[1]]; sys.modules['musaenv'] = pkg\n"
-    "mod = sys.argv[2]; sys.argv = [mod, *sys.argv[3:]]\n"
-    "runpy.run_module(mod, run_name='__main__', alter_sys=True)\n"
-)
-
-
-def builder_command(tmp: Path) -> list[str]:
-    """The command line of a builder on ``tmp`` (its cmdline names this module, as ``-m`` would)."""
-    return [sys.executable, "-c", _LAUNCH, str(Path(__file__).resolve().parents[1]), __name__, str(tmp)]
-
 
 def _fast(spec: dict[str, Any], tmp: Path) -> dict[str, object] | None:
     if spec.get("build_mode", "fast") not in ("fast", "pch") or not spec.get("pch_cache"):

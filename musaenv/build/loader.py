@@ -38,7 +38,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
-from musaenv.build.builder import builder_command
+from musaenv.build.builder_launch import builder_command
 from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
 from musaenv.build.warmup import start_background
 from musaenv.isolation.integrity import file_sha256, read_sealed, write_sealed

@@ -27,7 +27,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
-from musaenv.build.builder import builder_command
+from musaenv.build.builder_launch import builder_command
 from musaenv.isolation.proctree import descendants
 
 __all__ = [

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from musaenv import _env
-from musaenv.build import builder, warmup
+from musaenv.build import builder, builder_launch, warmup
 
 
 def test_background_items_put_the_builds_own_headers_first() -> None:
@@ -51,7 +51,9 @@ def test_start_background_queues_common_sets_once(monkeypatch: pytest.MonkeyPatc
 
 
 def test_launch_leaves_the_env_registration_out() -> None:
-    probe = builder._LAUNCH + "import sys\nprint(sorted(m for m in ('gymnasium', 'numpy') if m in sys.modules))\n"
+    probe = (
+        builder_launch._LAUNCH + "import sys\nprint(sorted(m for m in ('gymnasium', 'numpy') if m in sys.modules))\n"
+    )
     pkg = str(Path(_env.__file__).resolve().parent)
     out = subprocess.run([sys.executable, "-c", probe, pkg, "musaenv._env"], capture_output=True, text=True,
                          check=True, env=_env.child_env())  # fmt: skip
@@ -62,7 +64,8 @@ def test_builder_command_runs_the_builder(tmp_path: Path) -> None:
     # A malformed warm-up job: the builder's main, its confinement and its report run; the job fails at once
     # (before anything imports torch).
     (tmp_path / "spec.json").write_text(json.dumps({"warmup": "x", "pch_cache": str(tmp_path / "pch")}))
-    cmd = builder.builder_command(tmp_path)
+    cmd = builder_launch.builder_command(tmp_path)
+    assert builder.__name__ == builder_launch.BUILDER_MODULE  # the launch line names the real module
     assert "musaenv.build.builder" in " ".join(cmd)  # what interrupt.kill_running looks for
     proc = subprocess.run(cmd, cwd=tmp_path, env=_env.child_env(), timeout=120, capture_output=True, text=True)
     result = json.loads((tmp_path / "result.json").read_text())
