@@ -106,6 +106,6 @@ def _orphaned_workers() -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in "ZX" and fields[1] == "1" and b"evaluator.forkserver" in cmd and mine in env.split(b"\0"):
+        if fields[0] not in "ZX" and fields[1] == "1" and b"isolation.forkserver" in cmd and mine in env.split(b"\0"):
             found.append(int(entry))
     return found
