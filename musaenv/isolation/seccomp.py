@@ -67,6 +67,11 @@ def syscall_numbers(arch: str) -> dict[str, int]:
     return {r[0]: int(r[col]) for r in rows if r[col] != "-"}
 
 
+def _to(jump: int | str, at: int, deny_at: int) -> int:
+    """A jump's offset: ``D`` is the block's EPERM return, placed at ``deny_at``; numbers are already relative."""
+    return deny_at - at - 1 if jump == "D" else int(jump)
+
+
 def _signal_rules(nr: dict[str, int], own_pid: int, eperm: int) -> list[tuple[int, int, int, int]]:
     """Refuse every self-sent stop signal; with ``own_pid`` (Landlock's signal scope missing) also every signal to a
     process but the caller and its threads. One block per call: checks jump to ``D`` (EPERM) or fall through."""
@@ -92,10 +97,8 @@ def _signal_rules(nr: dict[str, int], own_pid: int, eperm: int) -> list[tuple[in
         if name not in nr:
             continue
         body = [*body, (_RET, 0, 0, _RET_ALLOW)]
-        at = len(body)  # the EPERM return right after the block's allow
-        resolve = lambda j, i: at - i - 1 if j == "D" else j  # noqa: E731
         out.append((_JEQ, 0, len(body) + 1, nr[name]))
-        out += [(c, resolve(jt, i), resolve(jf, i), k) for i, (c, jt, jf, k) in enumerate(body)]
+        out += [(c, _to(jt, i, len(body)), _to(jf, i, len(body)), k) for i, (c, jt, jf, k) in enumerate(body)]
         out.append((_RET, 0, 0, eperm))
     return out
 

@@ -21,6 +21,8 @@ from musaenv.tasks.builtin import get_task
 from musaenv.types import Stage
 
 TASK = "l1_relu"
+
+
 class SandboxOnlyEvaluator(LocalEvaluator):
     """No static stage: these candidates use ctypes and signals, which the static scan refuses before they run;
     the point here is what the sandbox does when native code gets past the scan."""
