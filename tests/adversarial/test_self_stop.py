@@ -44,6 +44,27 @@ def _sys(name, *args):
     if _libc.syscall(_NR[name], *args) < 0:
         raise OSError(ctypes.get_errno(), name)
 
+def _tty():  # a pty as the controlling terminal (the worker leads its session), then ^Z or TIOCSIG through it
+    import struct, termios
+    for how in ("rdwr", "rdonly"):
+        try:
+            if how == "rdwr":
+                m, s = os.openpty()
+            else:
+                m = os.open("/dev/ptmx", os.O_RDONLY)
+                fcntl.ioctl(m, 0x40045431, struct.pack("i", 0))
+                n = struct.unpack("I", fcntl.ioctl(m, 0x80045430, bytes(4)))[0]
+                s = os.open(f"/dev/pts/{n}", os.O_RDONLY)
+        except OSError:
+            continue
+        for send in (lambda: os.write(m, bytes([26])), lambda: fcntl.ioctl(m, 0x40045436, 20),
+                     lambda: fcntl.ioctl(s, termios.TIOCSTI, bytes([26]))):
+            try:
+                send()
+            except OSError:
+                pass
+    raise OSError("no stop")
+
 def _stop():
     me, tid, info = os.getpid(), threading.get_native_id(), ctypes.create_string_buffer(128)
     ROUTE
@@ -79,6 +100,7 @@ _ROUTES = {
         "r, w = os.pipe(); fcntl.fcntl(r, fcntl.F_SETOWN, me); fcntl.fcntl(r, 10, signal.SIGSTOP)\n"
         "    fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC); os.write(w, b'x')"
     ),
+    "controlling_tty": "_tty()",
     "stop_fork_server": "os.kill(os.getppid(), signal.SIGSTOP)",
     "kill_fork_server": "os.kill(os.getppid(), signal.SIGKILL)",
 }
