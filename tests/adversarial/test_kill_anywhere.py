@@ -255,7 +255,7 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
     assert not left, described
     orphaned = sorted(d.name for d in tmp.glob("musaenv-*"))
     assert any(n.startswith("musaenv-forkserver-") for n in orphaned), orphaned  # the dead CLI's, still there
-    swept = subprocess.run([sys.executable, "-c", "from musaenv.evaluator import tempdirs; tempdirs.sweep()"],
+    swept = subprocess.run([sys.executable, "-c", "from musaenv.isolation import tempdirs; tempdirs.sweep()"],
                            env=env, cwd=Path(__file__).resolve().parents[2], check=True, timeout=60)  # fmt: skip
     assert swept.returncode == 0
     assert not list(tmp.glob("musaenv-*")), sorted(d.name for d in tmp.glob("musaenv-*"))
