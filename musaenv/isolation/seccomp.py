@@ -30,7 +30,7 @@ fchownat 260 54  setxattr 188 5  lsetxattr 189 6  fsetxattr 190 7  setxattrat 46
 lremovexattr 198 15  fremovexattr 199 16  removexattrat 466 466  unshare 272 97  setns 308 268  add_key 248 217
 request_key 249 218  keyctl 250 219  seccomp 317 277  capset 126 91  sched_setaffinity 203 122
 kill 62 129  tkill 200 130  tgkill 234 131  rt_sigqueueinfo 129 138  rt_tgsigqueueinfo 297 240
-pidfd_send_signal 424 424  fcntl 72 25  ioctl 16 29  timer_create 222 107  mq_notify 244 184
+pidfd_send_signal 424 424  fcntl 72 25  ioctl 16 29  timer_create 222 107  mq_notify 244 184  prctl 157 167
 """.split()  # noqa: SIM905 - a table reads better than 165 literals
 _ARCHES = {"x86_64": (1, 0xC000003E), "aarch64": (2, 0xC00000B7)}  # table column, AUDIT_ARCH_* (linux/audit.h)
 _ADMIN = (  # noqa: SIM905
@@ -53,6 +53,7 @@ _GROUPS = {
 _STOP_LO, _STOP_HI = 19, 23
 _SIG_ARG = {"kill": 1, "tkill": 1, "tgkill": 2, "rt_sigqueueinfo": 1, "rt_tgsigqueueinfo": 2, "pidfd_send_signal": 1}
 _F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _TIOCSTI, _TIOCSIG = 8, 10, 15, 0x5412, 0x40045436  # asm-generic values
+_PR_SET_PDEATHSIG = 1
 _SPECIAL = {"socket": "socket", "clone": "clone", "clone3": "enosys", "prlimit64": "prlimit"}
 _RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000  # linux/seccomp.h
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ/JGE/JSET|K, BPF_RET|K
@@ -72,9 +73,11 @@ def _to(jump: int | str, at: int, deny_at: int) -> int:
     return deny_at - at - 1 if jump == "D" else int(jump)
 
 
-def _signal_rules(nr: dict[str, int], own_pid: int, eperm: int) -> list[tuple[int, int, int, int]]:
+def _signal_rules(nr: dict[str, int], own_pid: int, eperm: int, worker: bool) -> list[tuple[int, int, int, int]]:
     """Refuse every self-sent stop signal; with ``own_pid`` (Landlock's signal scope missing) also every signal to a
-    process but the caller and its threads. One block per call: checks jump to ``D`` (EPERM) or fall through."""
+    process but the caller and its threads; in a ``worker`` (no process creation) a new parent-death signal (a
+    worker that swapped its SIGKILL for SIGSTOP or none would outlive its fork server). One block per call: checks
+    jump to ``D`` (EPERM) or fall through."""
     lo, hi = (lambda i: 16 + 8 * i), (lambda i: 20 + 8 * i)  # args[i]'s words in seccomp_data (little endian)
     stop = lambda i: [(_LD, 0, 0, lo(i)), (_JGE, 0, 1, _STOP_LO), (_JGE, 0, "D", _STOP_HI)]  # noqa: E731
     not_me = lambda i: [(_LD, 0, 0, lo(i)), (_JEQ, 0, "D", own_pid)] if own_pid else []  # noqa: E731
@@ -92,6 +95,8 @@ def _signal_rules(nr: dict[str, int], own_pid: int, eperm: int) -> list[tuple[in
     checks["ioctl"] = [(_LD, 0, 0, lo(1)), (_JEQ, "D", 0, _TIOCSIG), (_JEQ, "D", 0, _TIOCSTI)]  # ^Z to its own tty
     checks["timer_create"] = nonnull(1)  # a sigevent may name SIGSTOP; NULL means SIGALRM
     checks["mq_notify"] = nonnull(1)
+    if worker:
+        checks["prctl"] = [(_LD, 0, 0, lo(0)), (_JEQ, "D", 0, _PR_SET_PDEATHSIG)]
     out: list[tuple[int, int, int, int]] = []
     for name, body in checks.items():
         if name not in nr:
@@ -128,7 +133,7 @@ def seccomp_program(
         block_stop_signals: Refuse stop signals sent by any route the caller controls (kill, tkill, tgkill,
             rt_(tg)sigqueueinfo, pidfd_send_signal, fcntl F_SETSIG, tty ioctls TIOCSIG/TIOCSTI, timer_create and
             mq_notify with a sigevent): a stopped worker is the host's infra_error, so it must never be the
-            candidate's doing.
+            candidate's doing. A worker (``block_process_creation``) also keeps its parent-death signal.
         own_pid: When non-zero (Landlock's signal scope missing), signals may go only to this pid and its threads.
     """
     arch = arch or platform.machine()
@@ -152,6 +157,6 @@ def seccomp_program(
             p += [(_JEQ, 0, 6, nr[name]), (_LD, 0, 0, lo(2)), (_JEQ, 0, 3, 0), (_LD, 0, 0, lo(2) + 4)]
             p += [(_JEQ, 0, 1, 0), (_RET, 0, 0, _RET_ALLOW), (_RET, 0, 0, eperm)]
     if block_stop_signals:
-        p += _signal_rules(nr, own_pid, eperm)
+        p += _signal_rules(nr, own_pid, eperm, block_process_creation)
     p.append((_RET, 0, 0, _RET_ALLOW))
     return b"".join(struct.pack("=HBBI", code, jt, jf, k) for code, jt, jf, k in p)

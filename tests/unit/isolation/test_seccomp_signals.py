@@ -44,6 +44,7 @@ print(json.dumps({
     "thread_usr1": errno_of(lambda: signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)),
     "parent_probe": errno_of(lambda: os.kill(parent, 0)),
     "tkill_self": errno_of(lambda: sys_(200, tid, 0)),
+    "pdeathsig": errno_of(lambda: sys_(157, 1, 0)),  # prctl(PR_SET_PDEATHSIG, 0): outliving the fork server
     "handled": len(got),
 }))
 """
@@ -57,7 +58,7 @@ def _probe(own_pid: bool) -> dict[str, int]:
 
 def test_stop_signals_are_refused_and_other_signals_work() -> None:
     r = _probe(own_pid=False)
-    assert r["self_stop"] == r["tgkill_stop"] == 1, r  # EPERM
+    assert r["self_stop"] == r["tgkill_stop"] == r["pdeathsig"] == 1, r  # EPERM
     assert r["self_usr1"] == r["thread_usr1"] == r["parent_probe"] == r["tkill_self"] == 0, r
     assert r["handled"] == 2, r
 
