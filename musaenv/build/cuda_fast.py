@@ -45,6 +45,7 @@ from musaenv.build.cuda_link import judge_link, link_plan
 from musaenv.build.cuda_split import DEVICE_FILE, DEVICE_ORIGIN, CudaSplit, flags_allow_split, split_cuda
 from musaenv.build.fastbuild import fast_build, linking_with, split_overlay
 from musaenv.build.pch import CompileFlags, PchStore, torch_flags
+from musaenv.isolation.limits import backstop_s
 
 __all__ = ["CudaFastResult", "cuda_fast_build"]
 
@@ -152,7 +153,7 @@ def _compile_only_linker(
         _await(parts, tmp, deadline, steps)
         objects = [str(o) for o in objs] + ["musaenv_host.o", "musaenv_device.o"]
         plan = link_plan(flags.cxx[0], objects, True, cuda_home, spec.get("extra_ldflags") or (), str(out))
-        step = _Step("link", plan.command, "; ".join(plan.notes))
+        step = _Step("link", plan.command, "; ".join(plan.notes), cpu_limit_s=parts[0].cpu_limit_s)
         _run([step], tmp, deadline)
         ok, _ = judge_link(step.returncode, step.output, plan)
         steps.append(step.record())
@@ -175,7 +176,7 @@ def _real_linker(
         cuda_libs = [f"-L{TORCH_LIB_PATH}", "-lc10_cuda", "-ltorch_cuda", f"-L{cuda_lib}", "-lcudart"]
         cmd = [*flags.cxx, *map(str, objs), "musaenv_host.o", "musaenv_device.o", *flags.ldflags, *cuda_libs]
         cmd += ["-o", str(out)]
-        step = _Step("link", cmd)
+        step = _Step("link", cmd, cpu_limit_s=parts[0].cpu_limit_s)
         _run([step], tmp, deadline)
         steps.append(step.record())
         if step.returncode != 0:
@@ -211,7 +212,8 @@ def cuda_fast_build(
     """Build a CUDA spec through the split; ``None`` means "build it as written" (never a verdict by itself).
 
     Args:
-        spec: A :class:`~musaenv.build.buildspec.BuildSpec` as a dict (``timeout_s`` bounds every step).
+        spec: A :class:`~musaenv.build.buildspec.BuildSpec` as a dict (``timeout_s``: CPU seconds of each step's
+            process tree; a wall-clock backstop of :func:`~musaenv.isolation.limits.backstop_s` bounds them all).
         name: Module name (``TORCH_EXTENSION_NAME``); a real build writes ``tmp/<name>.so``.
         tmp: Private build directory.
         cache: The ``pch`` cache directory (precompiled headers and binding objects, shared with C++ builds).
@@ -227,7 +229,9 @@ def cuda_fast_build(
     if split is None:
         return None
     started = time.monotonic()
-    deadline = started + float(spec.get("timeout_s") or 300)
+    # Each step is limited in CPU seconds of its own tree (a busy host does not inflate them); the wall clock is only
+    # the backstop. Past either the split is abandoned and the source built as written, never a verdict by itself.
+    deadline = started + backstop_s(float(spec.get("timeout_s") or 300))
     try:
         flags = torch_flags(cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
                             spec.get("extra_include_paths") or ())  # fmt: skip
@@ -253,11 +257,13 @@ def _build(
     (tmp / "musaenv_host.cpp").write_text(split.host)
     steps: list[dict[str, Any]] = []
     parts = [_device_step(spec, cuda_home, arch_flags)]
+    parts[0].cpu_limit_s = float(spec.get("timeout_s") or 300)
     try:
         _start(parts[0], tmp)  # nvcc runs while the precompiled header is looked up (or built)
         store = PchStore(cache, deadline=deadline)
         pch = store.include_flags("split", flags) or []
         parts.append(_host_step(spec, flags, pch, cache, cuda_home))
+        parts[1].cpu_limit_s = parts[0].cpu_limit_s
         _start(parts[1], tmp)
         linker = (
             _compile_only_linker(parts, tmp, flags, spec, cuda_home, deadline, steps)

@@ -231,6 +231,8 @@ def _drive(
                 clock.restart(timeouts[phase])
                 if msg.sandbox is not None:
                     run.sandbox = msg.sandbox
+                    # Without the seccomp rule that refuses self-sent stop signals, a stop may be the candidate's.
+                    clock.stops_are_own = "seccomp_signals" not in msg.sandbox.get("applied", ())
             else:
                 if isinstance(msg, (Timing, Result)) or (isinstance(msg, RuntimeReport) and phase == "trials"):
                     watch.stop()  # the phase's data is here: what follows is the harness's, not the phase's

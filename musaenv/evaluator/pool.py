@@ -29,14 +29,34 @@ from musaenv.build.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
 from musaenv.evaluator.interrupt import interrupted, kill_running
 from musaenv.evaluator.progress import Progress
+from musaenv.isolation.limits import backstop_s
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
 
-__all__ = ["EvalRequest", "EvaluatorPool", "evaluate_many"]
+__all__ = ["EvalRequest", "EvaluatorPool", "evaluate_many", "request_backstop_s"]
 
 log = logging.getLogger(__name__)
 
 PROGRESS_MIN_BATCH = 8  # batches at least this long show a progress bar (when stderr is a terminal)
+
+
+#: Start-ups (fork server, workers), the reference's warm-up, the comparison and queueing for a build slot on top of
+#: the stage limits' own backstops.
+REQUEST_MARGIN_S = 120.0
+
+
+def request_backstop_s(config: EvalConfig) -> float:
+    """The wall-clock backstop of one request under ``config``.
+
+    The sum of the backstops (:func:`musaenv.isolation.limits.backstop_s`) of every limit a request can use up in
+    turn: two builds (the candidate's, and one it may wait for), loading, and the trials and timing of the candidate
+    and of the reference, plus :data:`REQUEST_MARGIN_S`. Every stage ends itself at its own limit (in CPU seconds or
+    own time) or, on a stalled host, at its own backstop as ``infra_error``; so this one fires only when the harness
+    itself hangs, never because the host is busy.
+    """
+    c = config
+    limits = (c.compile_timeout_s, c.compile_timeout_s, c.load_timeout_s, c.run_timeout_s, c.timing_timeout_s)
+    return sum(map(backstop_s, (*limits, c.run_timeout_s, c.timing_timeout_s))) + REQUEST_MARGIN_S
 
 
 @dataclass(frozen=True)
@@ -83,8 +103,11 @@ class EvaluatorPool:
         devices: Device slot names, one lock each, e.g. ``["cuda:0", "cuda:1"]`` (``cuda:N`` pins candidate
             workers with ``CUDA_VISIBLE_DEVICES``). Default: one slot for the backend's device.
         max_in_flight: Requests evaluated at once (default ``compile_workers + len(devices)``).
-        request_timeout_s: Wall-clock limit per request (queueing excluded); past it the request gets an
+        request_timeout_s: Wall-clock backstop per request (queueing excluded); past it the request gets an
             ``infra_error`` result marked ``pool_timeout`` (not retried) while its evaluator finishes in the background.
+            ``None`` (default): :func:`request_backstop_s` of ``config``, which an honest evaluation never reaches
+            however loaded the host (each stage ends itself first). A smaller value is a wall-clock cap of the
+            caller's choosing: a busy host can turn an honest evaluation into that ``infra_error``.
         max_retries: Extra attempts for requests whose result is ``infra_error``.
         evaluator_factory: ``(backend, config, device_slot, worker_env) -> evaluator`` building the per-request
             evaluators (default :class:`~musaenv.evaluator.local.LocalEvaluator`); tests inject doubles here.
@@ -107,7 +130,8 @@ class EvaluatorPool:
         self.compile_workers = compile_workers or default_build_parallelism()
         self.devices = list(devices or [self.backend.device])
         self.max_in_flight = max_in_flight or self.compile_workers + len(self.devices)
-        self.request_timeout_s = request_timeout_s
+        derived = request_backstop_s(self.config)
+        self.request_timeout_s: float | None = derived if request_timeout_s is None else request_timeout_s
         self.max_retries = max_retries
         self._factory = evaluator_factory or _local_evaluator
         configure_builds(max_parallel=self.compile_workers)

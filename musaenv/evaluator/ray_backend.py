@@ -22,7 +22,7 @@ No starvation, no hang:
   join when resources appear. Starting fails (``MusaEnvError``) only when no actor starts within
   ``start_timeout_s``.
 * Every wait is bounded: for a free actor, for a prebuild, for another request's build of the same code, and for
-  the execution itself (``request_timeout_s``, by default the sum of the config's stage limits plus a margin).
+  the execution itself (``request_timeout_s``, by default the sum of the config's stage backstops plus a margin).
   Past a limit the request is an ``infra_error``, never a hang; an actor past the request limit is killed and
   replaced, since a hung evaluation would otherwise hold its device forever.
 
@@ -48,7 +48,7 @@ from typing import Any
 
 from musaenv.config import EvalConfig
 from musaenv.errors import MusaEnvError
-from musaenv.evaluator.pool import PROGRESS_MIN_BATCH, EvalRequest
+from musaenv.evaluator.pool import PROGRESS_MIN_BATCH, EvalRequest, request_backstop_s
 from musaenv.evaluator.progress import Progress
 from musaenv.evaluator.ray_artifacts import (
     ArtifactStore,
@@ -196,9 +196,9 @@ class _ActorPool:
 
 
 def default_request_timeout(config: EvalConfig) -> float:
-    """Execution limit of one request: every stage limit of ``config`` (two builds) plus a margin for Ray."""
-    c = config
-    return 2 * c.compile_timeout_s + c.load_timeout_s + c.run_timeout_s + c.timing_timeout_s + _MARGIN_S
+    """Execution backstop of one request: :func:`~musaenv.evaluator.pool.request_backstop_s` of ``config`` (every
+    stage limit's own wall-clock backstop, so a loaded host never reaches it) plus a margin for Ray."""
+    return request_backstop_s(config) + _MARGIN_S
 
 
 class RayEvaluator:
@@ -213,8 +213,9 @@ class RayEvaluator:
         prebuild: Ship modules between nodes: built in CPU tasks when a CPU is spare, else by the executors.
             ``False`` ships nothing (for a shared ``MUSAENV_CACHE_DIR``).
         max_retries: Extra attempts after an ``infra_error`` result or a dead actor.
-        request_timeout_s: Wall-clock limit of one request's execution (``infra_error``, not retried, past it);
-            ``None``: :func:`default_request_timeout` of ``config``.
+        request_timeout_s: Wall-clock backstop of one request's execution (``infra_error``, not retried, past it);
+            ``None``: :func:`default_request_timeout` of ``config``, which a loaded host never reaches. A smaller
+            value is the caller's own wall-clock cap, which a busy host can hit.
         start_timeout_s: Limit on the first actor's start (``MusaEnvError`` past it) and on a replacement's.
         init_kwargs: Arguments of ``ray.init`` when Ray is not initialised yet (``address=...`` for a cluster).
         executor_env: Extra environment variables of the execution actors (e.g. their ``MUSAENV_CACHE_DIR``).

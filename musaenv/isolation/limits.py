@@ -113,10 +113,14 @@ class StageClock:
     Args:
         pid: The worker.
         limit_s: The stage's limit in candidate seconds (CPU seconds of its tree, and own time).
+        stops_are_own: Count time the worker spent stopped as its own. Set it when the worker's sandbox could not
+            refuse the stop signals it might send itself (no ``seccomp_signals``): a stop is then possibly the
+            candidate's doing, and it must reach the candidate's own limit (``timeout``), not the backstop.
     """
 
     pid: int
     limit_s: float
+    stops_are_own: bool = False
     _t0: float = 0.0
     _cpu0: float = 0.0
     _delay0: dict[str, float] = field(default_factory=dict)
@@ -153,7 +157,8 @@ class StageClock:
         wall = t - self._t0 - self._excluded_s
         cpu = (tree_cpu_seconds(self.pid) or self._cpu0) - self._cpu0
         now = _thread_delays(self.pid)
-        waited = max((d - self._delay0.get(tid, 0.0) for tid, d in now.items()), default=0.0) + self._stopped_s
+        waited = max((d - self._delay0.get(tid, 0.0) for tid, d in now.items()), default=0.0)
+        waited += 0.0 if self.stops_are_own else self._stopped_s
         return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "own_s": round(max(0.0, wall - waited), 3)}
 
     def over(self) -> str | None:

@@ -253,8 +253,11 @@ def _uncovered(guard: Any) -> int:
 
 def _seccomp(guard: Any, cfg: SandboxConfig, processes: bool, exe: bool, steps: _Steps) -> None:
     groups = {"seccomp_network": cfg.block_network, "seccomp_processes": processes, "seccomp_exec": exe}
-    groups["seccomp_admin"] = True
-    program = seccomp_program(cfg.block_network, processes, exe, True)
+    groups["seccomp_admin"] = groups["seccomp_signals"] = True
+    # Without Landlock's signal scope, a worker that cannot start processes may signal only itself (its fork
+    # server, parent and neighbours are out of reach); with process creation allowed its children need signals.
+    own_pid = os.getpid() if processes and "landlock_scope" not in steps.applied else 0
+    program = seccomp_program(cfg.block_network, processes, exe, True, own_pid=own_pid)
     # One program, assembled in Python; either guard only loads it (an extension built before it took the program
     # lacks the call: the ctypes loader does the same).
     install = getattr(guard, "install_seccomp_program", PyGuard.install_seccomp_program)

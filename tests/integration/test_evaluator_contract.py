@@ -25,13 +25,16 @@ from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
 pytestmark = pytest.mark.slow
 
 FAST = EvalConfig(static_policy="off", run_timeout_s=30.0, timing=TimingConfig(repeats=3, warmup=1, max_time_s=0.5))
-TIMEOUT_S = 20.0  # per request; the spinning candidate's own stage limit (30 s) comes later
+# The spinning candidate's request cap: its own stage limit (30 CPU seconds) comes later. The other tests keep the
+# default request backstop (derived from FAST's stage limits): a cold cache on a loaded host (a compile-error
+# candidate building its headers first at load 7) ran past a 20 s wall-clock cap as infra_error.
+TIMEOUT_S = 20.0
 
 
 @pytest.fixture(scope="module", params=["pool", "ray"])
 def evaluator(request: pytest.FixtureRequest) -> Iterator[Any]:
     if request.param == "pool":
-        with EvaluatorPool("cpu", FAST, compile_workers=2, request_timeout_s=TIMEOUT_S) as pool:
+        with EvaluatorPool("cpu", FAST, compile_workers=2) as pool:
             yield pool
         return
     pytest.importorskip("ray")
@@ -41,7 +44,7 @@ def evaluator(request: pytest.FixtureRequest) -> Iterator[Any]:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024**2)
     try:
-        with RayEvaluator("cpu", FAST, num_executors=1, request_timeout_s=TIMEOUT_S) as ev:
+        with RayEvaluator("cpu", FAST, num_executors=1) as ev:
             yield ev
     finally:
         ray.shutdown()
@@ -81,11 +84,20 @@ def test_submit_gives_a_future_and_evaluate_the_same_verdict(evaluator: Any, rel
     assert evaluator.evaluate(relu, hazard_candidate("relu_wrong"), 8).stage is Stage.INCORRECT
 
 
-def test_a_request_past_its_time_limit_is_an_infra_error_and_the_next_one_runs(evaluator: Any, relu: Any) -> None:
-    spun, after = evaluator.evaluate_many(
-        [EvalRequest(relu, hazard_candidate("spin"), 9), EvalRequest(relu, hazard_candidate("relu_ok"), 10)],
-        progress=False,
-    )
+def test_the_default_request_limit_is_a_backstop_past_every_stage_limit(evaluator: Any) -> None:
+    from musaenv.isolation.limits import backstop_s
+
+    stages = (FAST.compile_timeout_s, FAST.load_timeout_s, FAST.run_timeout_s, FAST.timing_timeout_s)
+    assert evaluator.request_timeout_s > sum(map(backstop_s, stages))
+
+
+def test_a_request_past_its_time_limit_is_an_infra_error_and_the_next_one_runs(
+    evaluator: Any, relu: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(evaluator, "request_timeout_s", TIMEOUT_S)  # a caller's own wall-clock cap, for the spin only
+        spun = evaluator.evaluate_many([EvalRequest(relu, hazard_candidate("spin"), 9)], progress=False)[0]
+    after = evaluator.evaluate(relu, hazard_candidate("relu_ok"), 10)
     assert spun.stage is Stage.INFRA_ERROR and spun.extra.get("pool_timeout"), spun.to_dict()
     assert after.stage is Stage.CORRECT, after.to_dict()
     # the spinning worker went with its executor (Ray kills a dead actor's children, the fork server first)

@@ -108,6 +108,21 @@ def test_stopped_worker_reaches_only_the_backstop(short_backstop: None) -> None:
         proc.wait()
 
 
+def test_a_stop_the_sandbox_could_not_refuse_is_the_workers_own_time(short_backstop: None) -> None:
+    """Without seccomp_signals the worker may have stopped itself: the stop reaches its own limit, not the backstop."""
+    proc = _popen(["sleep", "30"])
+    try:
+        clock = StageClock(proc.pid, limit_s=0.5, stops_are_own=True)
+        os.kill(proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5.0
+        while (why := clock.over()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert why == "own", clock.usage()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_build_past_the_backstop_is_infra_error_and_not_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build the host stalls (here: a backstop shorter than the builder's start) is the harness's failure."""
     monkeypatch.setattr(limits, "BACKSTOP_FACTOR", 0.0)
