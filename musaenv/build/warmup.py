@@ -1,7 +1,8 @@
 """Precompiled headers and binding objects built ahead of the builds that use them.
 
 Two ways in, both through the confined builder (:mod:`musaenv.build.builder`, given a
-:class:`~musaenv.build.job.WarmupJob`), both compiling only our own sources (``#include <torch/types.h>`` and friends), never a candidate's:
+:class:`~musaenv.build.job.WarmupJob`), both compiling only our own sources (``#include <torch/types.h>`` and
+friends), never a candidate's:
 
 * ``musaenv warmup`` (:func:`warmup`): the flag sets real KernelBench generations use (:data:`COMMON_FLAG_SETS`),
   once per installation, with a line per item saying what is built and why.
