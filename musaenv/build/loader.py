@@ -19,9 +19,7 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -31,7 +29,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,9 +37,10 @@ from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
 from musaenv.build.builder_launch import builder_command
 from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
+from musaenv.build.ext_cache import export_artifact, import_artifact, install, sealed_failure, verified_module
 from musaenv.build.job import BuildReport, CompileJob, read_report
 from musaenv.build.warmup import start_background
-from musaenv.isolation.integrity import file_sha256, read_sealed, write_sealed
+from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import backstop_s, watch_process
 from musaenv.isolation.records import ProtocolError
 
@@ -208,95 +206,14 @@ def build_extension(
             return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
 
 
-def _verified_artifact(root: Path, name: str) -> Path | None:
-    """The cached module when the parent's sealed manifest vouches for its content; else the entry is dropped."""
-    so_path = root / name / f"{name}.so"
-    if not so_path.exists():
-        return None
-    with _entry_lock(root / name, fcntl.LOCK_SH):  # not half-way through another process's install (_install)
-        manifest = read_sealed(root / name / "manifest.json", "ext")
-        try:
-            ok = manifest is not None and manifest.get("name") == name and manifest["sha256"] == file_sha256(so_path)
-        except (OSError, KeyError):  # unreadable, or a record of an older release
-            ok = False
-        if not ok:
-            log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
-            with contextlib.suppress(OSError):
-                so_path.unlink()
-    return so_path if ok else None
-
-
-@contextlib.contextmanager
-def _entry_lock(entry: Path, how: int) -> Iterator[None]:
-    """Hold ``flock(how)`` on a cache entry's lock file; without one (a read-only cache) no lock is held."""
-    try:
-        lock = open(entry / ".install.lock", "a")  # noqa: SIM115 - closed below
-    except OSError:
-        yield
-        return
-    with lock:
-        fcntl.flock(lock, how)
-        yield
-
-
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
-    so_path = _verified_artifact(root, name)
+    so_path = verified_module(root, name)
     if so_path is not None:
         return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
-    failed = read_sealed(root / name / "failed.json", "ext_failed")
-    if failed and failed.get("name") == name:  # compile errors are deterministic: the same sources fail the same way
-        return BuildOutcome(
-            False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start, cached=True
-        )
+    failed = sealed_failure(root, name)
+    if failed is not None:  # compile errors are deterministic: the same sources fail the same way
+        return BuildOutcome(False, name, log=failed, seconds=time.perf_counter() - start, cached=True)
     return None
-
-
-def export_artifact(name: str, root: Path | None = None) -> dict[str, Any] | None:
-    """A cached build in a shippable form (another node's cache, :mod:`musaenv.evaluator.ray_artifacts`):
-    ``{"name", "so": bytes}`` for a verified module, ``{"name", "failed": log}`` for a sealed compile error, or
-    ``None`` when there is nothing trustworthy to ship."""
-    root = root or ext_cache_root()
-    so_path = _verified_artifact(root, name)
-    if so_path is not None:
-        return {"name": name, "so": so_path.read_bytes()}
-    failed = read_sealed(root / name / "failed.json", "ext_failed")
-    if failed and failed.get("name") == name:
-        return {"name": name, "failed": str(failed.get("log", ""))}
-    return None
-
-
-def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
-    """Install a shipped build (from :func:`export_artifact` on another node) into this cache, sealed by this
-    node's key like a local build; returns False when it was not new or not a valid artifact."""
-    root = root or ext_cache_root()
-    name = str(artifact.get("name", ""))
-    if not name.startswith("musaenv_") or "/" in name or _cache_lookup(root, name, 0.0) is not None:
-        return False
-    final_dir = root / name
-    if isinstance(artifact.get("so"), bytes) and artifact["so"]:
-        final_dir.mkdir(parents=True, exist_ok=True)
-        staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
-        staged.write_bytes(artifact["so"])
-        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
-        os.replace(staged, final_dir / f"{name}.so")
-        return True
-    if isinstance(artifact.get("failed"), str):
-        write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": artifact["failed"]})
-        return True
-    return False
-
-
-def _install(tmp: Path, name: str, final_dir: Path) -> Path:
-    """Copy a built module into the shared cache and seal its digest in the manifest (the parent alone does this)."""
-    final_dir.mkdir(parents=True, exist_ok=True)
-    staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
-    shutil.copy2(tmp / f"{name}.so", staged)
-    # Another process may install the same name at the same moment (one cache dir, two evaluators): the manifest
-    # and the module it vouches for are replaced together under a lock, so they never come from different builds.
-    with _entry_lock(final_dir, fcntl.LOCK_EX):
-        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
-        os.replace(staged, final_dir / f"{name}.so")
-    return final_dir / f"{name}.so"
 
 
 def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: str, start: float) -> BuildOutcome:
@@ -336,7 +253,7 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
             elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
                 write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": build_log})
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
-        so_path = _install(tmp, name, final_dir)
+        so_path = install(tmp, name, final_dir)
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
