@@ -9,8 +9,8 @@ import importlib.util
 
 import pytest
 import torch
-from tests.unit.backends.test_cuda_fast import DECL
-from tests.unit.backends.test_cuda_split import KB_ADD
+from tests.unit.build.test_cuda_fast import DECL
+from tests.unit.build.test_cuda_split import KB_ADD
 
 from musaenv.build.buildspec import BuildSpec
 from musaenv.build.loader import build_extension

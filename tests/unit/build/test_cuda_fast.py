@@ -14,7 +14,7 @@ import subprocess
 from typing import Any
 
 import pytest
-from tests.unit.backends.test_cuda_split import KB_ADD
+from tests.unit.build.test_cuda_split import KB_ADD
 
 from musaenv import _env
 from musaenv.build.bindobj import module_object
