@@ -14,7 +14,6 @@ import subprocess
 from typing import Any
 
 import pytest
-from tests.unit.build.test_cuda_split import KB_ADD
 
 from musaenv import _env
 from musaenv.build.bindobj import module_object
@@ -23,6 +22,7 @@ from musaenv.build.cuda_compile import _CUDA_PRELUDE
 from musaenv.build.cuda_fast import cuda_fast_build, device_verdict
 from musaenv.build.loader import pch_cache_root
 from musaenv.build.pch import PchStore, torch_flags
+from tests.unit.build.test_cuda_split import KB_ADD
 
 DECL = "torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);"
 
