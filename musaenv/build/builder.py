@@ -1,7 +1,9 @@
 """Builder subprocess: ``python -m musaenv.build.builder TMPDIR``.
 
-Reads ``TMPDIR/spec.json``, builds it into ``TMPDIR`` (a private build directory, so no lock is ever shared)
-and writes ``TMPDIR/result.json``. Build modes ``fast`` and ``pch`` drive the compiler directly with torch's
+Reads ``TMPDIR/spec.json`` (a :mod:`musaenv.build.job` record), builds it into ``TMPDIR`` (a private build
+directory, so no lock is ever shared) and writes ``TMPDIR/result.json`` (a :class:`~musaenv.build.job.BuildReport`).
+A job of another version or a malformed one is answered with an ``infra`` report that says so, before any build.
+Build modes ``fast`` and ``pch`` drive the compiler directly with torch's
 own flags (:mod:`musaenv.build.fastbuild`, no torch import once the flag template is cached); mode
 ``torch``, and any build those cannot take, goes through torch's own ``load_inline`` with its final import
 switched off: nothing of the candidate is ever imported or run here. MUSA builds with device sources go through
@@ -26,7 +28,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from musaenv.build.job import JOB_VERSION, BuildReport, CompileJob, WarmupJob, read_job
 from musaenv.isolation.build_jail import run_confined
+from musaenv.isolation.records import ProtocolError
 
 log = logging.getLogger("musaenv.build.builder")
 
@@ -172,50 +176,60 @@ def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
             "inconclusive": check.inconclusive or ""}  # fmt: skip
 
 
-def _build(tmp: Path) -> dict[str, object]:
-    spec = json.loads((tmp / "spec.json").read_text())
-    if spec.get("warmup"):  # our own headers and binding objects only (musaenv.build.warmup)
+def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
+    if isinstance(job, WarmupJob):  # our own headers and binding objects only (musaenv.build.warmup)
         from musaenv.build.warmup import run_items
 
-        if spec.get("background"):
+        if job.background:
             os.nice(10)  # behind the candidates' builds
-        rows = run_items(spec["warmup"], Path(spec["pch_cache"]), lambda line: log.info("warmup: %s", line))
+        rows = run_items(job.items, Path(job.pch_cache), lambda line: log.info("warmup: %s", line))
         return {"ok": all(r["ok"] for r in rows), "log": "", "tier": "warmup", "rows": rows}
-    if spec.get("compile_only"):
+    spec = job.spec()
+    if job.compile_only:
         return _compile_only(spec, tmp)
-    if spec.get("backend") == "musa" and (spec.get("cuda_sources") or spec.get("with_cuda")):
+    if job.backend == "musa" and (job.cuda_sources or job.with_cuda):
         return _musa(spec, tmp)  # device code goes to mcc, never to nvcc
-    if spec.get("cuda_sources"):
+    if job.cuda_sources:
         return _cuda_split(spec, tmp, compile_only=False) or _torch(spec, tmp)
     return _fast(spec, tmp) or _torch(spec, tmp)
 
 
-def _build_and_report(tmp: Path, confinement: dict[str, Any]) -> int:
+def _build_and_report(job: CompileJob | WarmupJob | str, tmp: Path, confinement: dict[str, Any]) -> int:
+    """Build ``job`` (a string: why the job file was refused) and write the report; returns the exit code."""
     try:
-        result = _build(tmp)
+        result = {"ok": False, "log": job, "infra": True} if isinstance(job, str) else _build(job, tmp)
+        result.pop("seconds", None)  # the split build's own timing: the parent measures the whole build
+        report = BuildReport(version=JOB_VERSION, confinement=confinement, **result)  # type: ignore[arg-type]
     except BaseException:  # the harness must always leave a readable result
-        result = {"ok": False, "log": traceback.format_exc()}
-    result["confinement"] = confinement
-    (tmp / "result.json").write_text(json.dumps(result))
-    return 0 if result["ok"] else 1
+        report = BuildReport(version=JOB_VERSION, log=traceback.format_exc(), confinement=confinement)
+    (tmp / "result.json").write_text(json.dumps(report.to_dict()))
+    return 0 if report.ok else 1
+
+
+def _read(tmp: Path) -> CompileJob | WarmupJob | str:
+    """The job in ``tmp``, or why it cannot be run (reported as ``infra``, never as the sources' fault)."""
+    try:
+        return read_job(tmp / "spec.json")
+    except (OSError, ValueError, ProtocolError) as e:  # ProtocolError is a ValueError; named for the reader
+        return f"the builder refused its job ({type(e).__name__}): {e}"
 
 
 def main(argv: list[str]) -> int:
     """Entry point; returns the process exit code."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     tmp = Path(argv[0]).resolve()
-    job = json.loads((tmp / "spec.json").read_text())
-    writable = [Path(job["pch_cache"])] if job.get("pch_cache") else []
+    job = _read(tmp)
+    writable = [Path(job.pch_cache)] if not isinstance(job, str) and job.pch_cache else []
     for d in writable:
         d.mkdir(parents=True, exist_ok=True)
-    if job.get("confine") is False:  # configure_builds(confine=False): measurement of the sandbox's cost only
-        return _build_and_report(tmp, {"confined": False})
-    return run_confined(
-        lambda report: _build_and_report(tmp, report),
+    if isinstance(job, CompileJob) and not job.confine:  # configure_builds(confine=False): the sandbox's cost only
+        return _build_and_report(job, tmp, {"confined": False})
+    return run_confined(  # a refused job is answered from inside the confinement too: nothing runs unconfined
+        lambda report: _build_and_report(job, tmp, report),
         tmp,
-        parent_pid=int(job.get("parent_pid") or 0),
+        parent_pid=0 if isinstance(job, str) else job.parent_pid,
         writable=writable,
-        cpu_s=max(1, int(float(job.get("timeout_s") or 300))),
+        cpu_s=max(1, int(300 if isinstance(job, str) else job.timeout_s or 300)),
     )
 
 

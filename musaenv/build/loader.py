@@ -19,9 +19,7 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -31,7 +29,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,9 +37,12 @@ from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
 from musaenv.build.builder_launch import builder_command
 from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
+from musaenv.build.ext_cache import export_artifact, import_artifact, install, sealed_failure, verified_module
+from musaenv.build.job import BuildReport, CompileJob, read_report
 from musaenv.build.warmup import start_background
-from musaenv.isolation.integrity import file_sha256, read_sealed, write_sealed
+from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import backstop_s, watch_process
+from musaenv.isolation.records import ProtocolError
 
 __all__ = [
     "BUILD_MODES",
@@ -206,95 +206,14 @@ def build_extension(
             return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
 
 
-def _verified_artifact(root: Path, name: str) -> Path | None:
-    """The cached module when the parent's sealed manifest vouches for its content; else the entry is dropped."""
-    so_path = root / name / f"{name}.so"
-    if not so_path.exists():
-        return None
-    with _entry_lock(root / name, fcntl.LOCK_SH):  # not half-way through another process's install (_install)
-        manifest = read_sealed(root / name / "manifest.json", "ext")
-        try:
-            ok = manifest is not None and manifest.get("name") == name and manifest["sha256"] == file_sha256(so_path)
-        except (OSError, KeyError):  # unreadable, or a record of an older release
-            ok = False
-        if not ok:
-            log.warning("cached extension %s does not match the manifest the parent wrote; rebuilding it", name)
-            with contextlib.suppress(OSError):
-                so_path.unlink()
-    return so_path if ok else None
-
-
-@contextlib.contextmanager
-def _entry_lock(entry: Path, how: int) -> Iterator[None]:
-    """Hold ``flock(how)`` on a cache entry's lock file; without one (a read-only cache) no lock is held."""
-    try:
-        lock = open(entry / ".install.lock", "a")  # noqa: SIM115 - closed below
-    except OSError:
-        yield
-        return
-    with lock:
-        fcntl.flock(lock, how)
-        yield
-
-
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
-    so_path = _verified_artifact(root, name)
+    so_path = verified_module(root, name)
     if so_path is not None:
         return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
-    failed = read_sealed(root / name / "failed.json", "ext_failed")
-    if failed and failed.get("name") == name:  # compile errors are deterministic: the same sources fail the same way
-        return BuildOutcome(
-            False, name, log=str(failed.get("log", "")), seconds=time.perf_counter() - start, cached=True
-        )
+    failed = sealed_failure(root, name)
+    if failed is not None:  # compile errors are deterministic: the same sources fail the same way
+        return BuildOutcome(False, name, log=failed, seconds=time.perf_counter() - start, cached=True)
     return None
-
-
-def export_artifact(name: str, root: Path | None = None) -> dict[str, Any] | None:
-    """A cached build in a shippable form (another node's cache, :mod:`musaenv.evaluator.ray_artifacts`):
-    ``{"name", "so": bytes}`` for a verified module, ``{"name", "failed": log}`` for a sealed compile error, or
-    ``None`` when there is nothing trustworthy to ship."""
-    root = root or ext_cache_root()
-    so_path = _verified_artifact(root, name)
-    if so_path is not None:
-        return {"name": name, "so": so_path.read_bytes()}
-    failed = read_sealed(root / name / "failed.json", "ext_failed")
-    if failed and failed.get("name") == name:
-        return {"name": name, "failed": str(failed.get("log", ""))}
-    return None
-
-
-def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
-    """Install a shipped build (from :func:`export_artifact` on another node) into this cache, sealed by this
-    node's key like a local build; returns False when it was not new or not a valid artifact."""
-    root = root or ext_cache_root()
-    name = str(artifact.get("name", ""))
-    if not name.startswith("musaenv_") or "/" in name or _cache_lookup(root, name, 0.0) is not None:
-        return False
-    final_dir = root / name
-    if isinstance(artifact.get("so"), bytes) and artifact["so"]:
-        final_dir.mkdir(parents=True, exist_ok=True)
-        staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
-        staged.write_bytes(artifact["so"])
-        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
-        os.replace(staged, final_dir / f"{name}.so")
-        return True
-    if isinstance(artifact.get("failed"), str):
-        write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": artifact["failed"]})
-        return True
-    return False
-
-
-def _install(tmp: Path, name: str, final_dir: Path) -> Path:
-    """Copy a built module into the shared cache and seal its digest in the manifest (the parent alone does this)."""
-    final_dir.mkdir(parents=True, exist_ok=True)
-    staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
-    shutil.copy2(tmp / f"{name}.so", staged)
-    # Another process may install the same name at the same moment (one cache dir, two evaluators): the manifest
-    # and the module it vouches for are replaced together under a lock, so they never come from different builds.
-    with _entry_lock(final_dir, fcntl.LOCK_EX):
-        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
-        os.replace(staged, final_dir / f"{name}.so")
-    return final_dir / f"{name}.so"
 
 
 def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: str, start: float) -> BuildOutcome:
@@ -302,16 +221,16 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
     tmp = root / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
     try:
-        job = {**spec.to_dict(), "name": name, "build_mode": mode, "pch_cache": str(pch_cache_root()),
-               "timeout_s": timeout_s, "parent_pid": os.getpid(), "confine": _SETTINGS.confine}  # fmt: skip
-        (tmp / "spec.json").write_text(json.dumps(job))
+        _write_job(tmp, spec, name=name, build_mode=mode, timeout_s=timeout_s)
         rc, over = _run_builder(tmp, timeout_s)
         seconds = time.perf_counter() - start
-        result = _read_json(tmp / "result.json")
-        build_log = str(result.get("log", "")) or _tail(tmp / "builder.log")
-        extra = {"tier": result.get("tier"), "steps": result.get("steps", [])} if result else {}
-        if result.get("wanted") and over is None:  # headers this build went without: built for the next one
-            start_background([str(k) for k in result["wanted"]], spec.to_dict())
+        result = _read_report(tmp)
+        if isinstance(result, str):  # a builder of another job version, or a report that is no report
+            return BuildOutcome(False, name, log=result, seconds=seconds, infra_error=True)
+        build_log = (result.log if result else "") or _tail(tmp / "builder.log")
+        extra = {"tier": result.tier or None, "steps": result.steps} if result else {}
+        if result and result.wanted and over is None:  # headers this build went without: built for the next one
+            start_background(list(result.wanted), spec.to_dict())
         if over == "backstop":  # the host stalled the build: retried, never the candidate's verdict or cached
             msg = f"the build ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than its "
             msg += f"{timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)"
@@ -319,7 +238,7 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         if over == "cpu":
             msg = f"compilation used more than its {timeout_s:.0f} s CPU limit and was killed"
             return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
-        if result.get("infra"):  # the toolchain is missing here: not the candidate's fault, never cached
+        if result and result.infra:  # the toolchain is missing here: not the candidate's fault, never cached
             return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
         if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
             why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
@@ -327,14 +246,14 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         if _DISK_FULL in build_log:  # the host's disk, not the candidate's sources (an RLIMIT_FSIZE kill is theirs)
             msg = f"the disk filled during the build (not the candidate):\n{build_log}"
             return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
-        if rc != 0 or not result.get("ok") or not (tmp / f"{name}.so").exists():
+        if rc != 0 or not result or not result.ok or not (tmp / f"{name}.so").exists():
             if rc < 0:
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
                 build_log += _tail(tmp / "builder.log")
             elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
                 write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": build_log})
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
-        so_path = _install(tmp, name, final_dir)
+        so_path = install(tmp, name, final_dir)
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -380,37 +299,42 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
     tmp = final_dir.parent / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
     try:  # the compilers run confined, like every build (musaenv.isolation.build_jail)
-        job = {**spec.to_dict(), "name": name, "timeout_s": timeout_s, "parent_pid": os.getpid(),
-               "confine": _SETTINGS.confine}  # fmt: skip
-        job |= {"build_mode": _SETTINGS.mode, "pch_cache": str(pch_cache_root())}  # the CUDA split build's caches
-        (tmp / "spec.json").write_text(json.dumps(job))
+        _write_job(tmp, spec, name=name, build_mode=_SETTINGS.mode, timeout_s=timeout_s)  # the split's caches too
         # Each step bounds itself; this is a backstop. A split build that fails leaves the full check its own limit.
         rc, over = _run_builder(tmp, 2 * timeout_s + 60)
         killed = over is not None
-        result = _read_json(tmp / "result.json")
-        if result.get("wanted") and not killed:  # headers the split build went without: built for the next one
-            start_background([str(k) for k in result["wanted"]], spec.to_dict())
+        result = _read_report(tmp)
+        if isinstance(result, BuildReport) and result.wanted and not killed:  # headers the split build went without
+            start_background(list(result.wanted), spec.to_dict())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.perf_counter() - start
-    if killed or not result:
-        why = "was killed at its time limit" if killed else f"ended without a result (exit {rc})"
+    if killed or not isinstance(result, BuildReport):
+        why = "was killed at its time limit" if killed else result or f"ended without a result (exit {rc})"
         return BuildOutcome(False, name, log=f"the compile-only check {why}", seconds=seconds, infra_error=True)
-    log_text, extra = str(result.get("log", "")), {"steps": result.get("steps", [])}
-    timed_out = "timed out" in log_text.lower() and not result.get("ok")
-    if result.get("inconclusive"):  # e.g. a header this toolkit lacks: the machine cannot judge it, so no verdict
+    log_text, extra = result.log, {"steps": result.steps}
+    timed_out = "timed out" in log_text.lower() and not result.ok
+    if result.inconclusive or result.infra:  # e.g. a header this toolkit lacks: the machine cannot judge it
         return BuildOutcome(False, name, log=log_text, seconds=seconds, infra_error=True, extra=extra)
     if not timed_out:
-        write_sealed(verdict, f"compile_only:{name}", {"ok": bool(result.get("ok")), "log": log_text, "extra": extra})
-    return BuildOutcome(bool(result.get("ok")), name, log=log_text, seconds=seconds, timed_out=timed_out, extra=extra)
+        write_sealed(verdict, f"compile_only:{name}", {"ok": result.ok, "log": log_text, "extra": extra})
+    return BuildOutcome(result.ok, name, log=log_text, seconds=seconds, timed_out=timed_out, extra=extra)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _write_job(tmp: Path, spec: BuildSpec, **job: Any) -> None:
+    """Write the builder's job file (:class:`~musaenv.build.job.CompileJob`) into its private directory."""
+    record = CompileJob.of(spec.to_dict(), pch_cache=str(pch_cache_root()), parent_pid=os.getpid(),
+                           confine=_SETTINGS.confine, **job)  # fmt: skip
+    (tmp / "spec.json").write_text(json.dumps(record.to_dict()))
+
+
+def _read_report(tmp: Path) -> BuildReport | str | None:
+    """The builder's report; ``None`` when it wrote none; a string when it is of another version or malformed
+    (the harness's fault, never the candidate's: an ``infra_error``)."""
     try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
+        return read_report(tmp / "result.json")
+    except ProtocolError as e:
+        return f"the builder's report was refused: {e}"
 
 
 def _tail(path: Path, chars: int = 20000) -> str:

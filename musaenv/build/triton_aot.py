@@ -19,6 +19,8 @@ What it cannot see: anything that needs values (host code reading tensor data, `
 grids) makes the check *inconclusive*, not failed; launch-time errors and wrong results need a GPU.
 Measured costs: ``docs/backends.md``.
 """
+# Kept whole (~420 lines): the parent's check and the child it starts (``python -m musaenv.build.triton_aot``,
+# found by that name in evaluator/interrupt.py) share one request/result format; a split would move the child.
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Precompiled headers and binding objects built ahead of the builds that use them.
 
-Two ways in, both through the confined builder (:mod:`musaenv.build.builder`, spec key ``warmup``), both
-compiling only our own sources (``#include <torch/types.h>`` and friends), never a candidate's:
+Two ways in, both through the confined builder (:mod:`musaenv.build.builder`, given a
+:class:`~musaenv.build.job.WarmupJob`), both compiling only our own sources (``#include <torch/types.h>`` and
+friends), never a candidate's:
 
 * ``musaenv warmup`` (:func:`warmup`): the flag sets real KernelBench generations use (:data:`COMMON_FLAG_SETS`),
   once per installation, with a line per item saying what is built and why.
@@ -28,7 +29,9 @@ from typing import Any
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
 from musaenv.build.builder_launch import builder_command
+from musaenv.build.job import JOB_VERSION, WarmupJob, read_report
 from musaenv.isolation.proctree import descendants
+from musaenv.isolation.records import ProtocolError
 
 __all__ = [
     "COMMON_FLAG_SETS",
@@ -102,9 +105,9 @@ def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[st
 def _spawn(items: Sequence[dict[str, Any]], timeout_s: float, background: bool) -> tuple[subprocess.Popen[bytes], Path]:
     tmp = ext_cache_root() / "tmp" / f"warmup-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
-    job = {"warmup": list(items), "pch_cache": str(pch_cache_root()), "timeout_s": timeout_s,
-           "parent_pid": os.getpid(), "background": background}  # fmt: skip
-    (tmp / "spec.json").write_text(json.dumps(job))
+    job = WarmupJob(version=JOB_VERSION, items=[dict(i) for i in items], pch_cache=str(pch_cache_root()),
+                    timeout_s=timeout_s, parent_pid=os.getpid(), background=background)  # fmt: skip
+    (tmp / "spec.json").write_text(json.dumps(job.to_dict()))
     proc = subprocess.Popen(
         builder_command(tmp),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -127,9 +130,11 @@ def warmup(
         proc, tmp = _spawn([item], 1800.0, background=False)
         proc.wait()
         try:
-            row = json.loads((tmp / "result.json").read_text()).get("rows", [{}])[0]
-        except (OSError, ValueError, IndexError):
-            row = {"kind": item["kind"], "ok": False}
+            report = read_report(tmp / "result.json")
+        except ProtocolError as e:  # a builder of another version: say why, not only FAILED
+            say(f"        the builder's report was refused: {e}")
+            report = None
+        row = report.rows[0] if report and report.rows else {"kind": item["kind"], "ok": False}
         shutil.rmtree(tmp, ignore_errors=True)
         say(f"        {'done' if row.get('ok') else 'FAILED'} in {row.get('seconds', 0):.1f} s")
         rows.append(row)

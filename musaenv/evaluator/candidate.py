@@ -174,6 +174,8 @@ def _recv_within(worker: WorkerProcess, clock: StageClock) -> tuple[dict[str, An
             return over
 
 
+# ~80 lines, kept whole: one loop over the worker's messages whose branches all update its state (phase, the
+# device slot held, the stage clock); split, that state would be passed around or hidden in an object.
 def _drive(
     worker: WorkerProcess,
     request: CandidateRequest,

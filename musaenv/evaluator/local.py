@@ -1,4 +1,6 @@
 """The default evaluator: candidates in fresh sandboxed worker processes, references in a clean one."""
+# Kept whole (~410 lines): one class whose methods are the step's stages in order (docs/architecture.md);
+# split, the list a reader follows would be in two files.
 
 from __future__ import annotations
 

@@ -9,7 +9,8 @@ A candidate chooses the sources and flags of its build, so the build runs with t
    namespace; without one SIGTERM, on which the subreaper kills every descendant, compilers included, first).
 2. **A process namespace of its own** (``unshare(CLONE_NEWPID)``, needs CAP_SYS_ADMIN, as in a root container): the
    build runs as pid 1 of a new namespace, and when it ends, succeeded or not, the kernel kills every process left
-   in it, daemons that double-forked and called ``setsid`` included. Without the privilege the builder becomes a
+   in it, daemons that double-forked and called ``setsid`` included; it gets a ``/proc`` of that namespace (else
+   pids in ``/proc`` name the host's processes). Without the privilege the builder becomes a
    *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so orphans are re-parented to it instead of init, and it kills
    every descendant when the build ends. The report says which one was used.
 3. **The worker's sandbox** (:func:`musaenv.isolation.sandbox.enter_sandbox`) on the build process, with process
@@ -42,6 +43,8 @@ __all__ = ["BUILD_FILE_SIZE_MB", "run_confined"]
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _CLONE_NEWPID = 0x20000000
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 # The largest file a build writes is a precompiled torch/extension.h: ~0.8 GB measured here (docs/scaling.md).
 BUILD_FILE_SIZE_MB = 4096
 # Address space per compiler process: cc1plus on torch/extension.h peaks at ~0.7 GB RSS (ps, this machine) and
@@ -66,6 +69,24 @@ def _new_pid_namespace() -> str | None:
     if libc.unshare(_CLONE_NEWPID) == 0:
         return None
     return f"unshare(CLONE_NEWPID): {os.strerror(ctypes.get_errno())}"
+
+
+def _mount_own_proc() -> str | None:
+    """Give the build (pid 1 of its namespace) a ``/proc`` of that namespace: None, or why not.
+
+    Without it ``/proc`` lists the host's processes under the build's pid numbers: the build's first child, pid 2,
+    read as the host's pid 2 (kthreadd, whose tree is every kernel thread), so a compile step's CPU seconds
+    (:func:`musaenv.isolation.limits.tree_cpu_seconds`) were the machine's and a syntax error became a timeout.
+    The mount lives in a private mount namespace of the build's; the parent's ``/proc`` is untouched.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return f"unshare(CLONE_NEWNS): {os.strerror(ctypes.get_errno())}"
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return f"making / private: {os.strerror(ctypes.get_errno())}"
+    if libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None) != 0:
+        return f"mount proc: {os.strerror(ctypes.get_errno())}"
+    return None
 
 
 def _kill_descendants() -> int:
@@ -127,6 +148,8 @@ def run_confined(
         code = 70
         try:
             _tie_to_parent(0)
+            if why_not is None:  # before the sandbox, which denies mount
+                report["own_proc_reason"] = _mount_own_proc() or ""
             report["sandbox"] = _confine_child(tmp, writable, cpu_s)
             code = build(report)
         except BaseException:  # the harness must leave a readable result; the parent reads result.json

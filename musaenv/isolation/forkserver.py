@@ -19,6 +19,8 @@ children start in multiprocessing's bootstrap (a pickled target and arguments, t
 reaps exited children itself, so a pid can be reused while the parent may still signal it. Here a child must start
 with nothing but its three descriptors, its own session and working directory, and stay unreaped until released.
 """
+# Kept whole (~415 lines): the server and its client are the two ends of one protocol (Spawn, ExitQuery,
+# Release); together, a change of one end is seen beside the other.
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ Rules (docs/tasks.md has the measured numbers behind the defaults):
   keeping the first the reference accepts *and* that changes the shapes of its inputs, outputs or parameters.
 * A tier left with one shape gets the warning ``single_shape`` (with the reason in :attr:`Derivation.notes`).
 """
+# Kept whole (~415 lines): one search (_Deriver) whose steps share its probe replies and state.
 
 # Over ~400 lines on purpose: _Deriver is one rule set applied in the order the docstring states it, each rule a
 # short method; split across modules, the order (which a derived shape depends on) would no longer read in one place.

@@ -10,16 +10,14 @@ both ways. The text without preprocessing is scanned too: a half-written name li
 
 from __future__ import annotations
 
-import bisect
 import logging
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from musaenv.build.flags import check_spec_flags, normalise_flags, refused_flags
 from musaenv.verification import allowlists as al
+from musaenv.verification.cpp_text import Lines, directives, lex, mapped_output, run_preprocessor, splice
 from musaenv.verification.findings import ERROR, WARNING, Finding, describe
 from musaenv.verification.libtorch_symbols import exported_c_symbols, symbol_flag
 from musaenv.verification.static_sources import RecoveredBuild
@@ -28,21 +26,6 @@ __all__ = ["CppHit", "check_build", "scan_source"]
 
 logger = logging.getLogger(__name__)
 
-PREPROCESS_TIMEOUT_S = 10.0
-
-_LEX_RE = re.compile(
-    r"""(?P<lc>//[^\n]*)
-      |(?P<bc>/\*.*?\*/)
-      |(?P<raw>\b(?:u8|u|U|L)?R"(?P<d>[^()\\\s"]{0,16})\(.*?\)(?P=d)")
-      |(?P<num>\.?\d(?:[eEpP][+-]|'(?=\w)|[\w.])*)
-      |(?P<str>(?:\b(?:u8|u|U|L))?"(?:\\.|[^"\\\n])*")
-      |(?P<chr>(?:\b(?:u8|u|U|L))?'(?:\\.|[^'\\\n])*')
-      |(?P<id>[A-Za-z_]\w*)""",
-    re.S | re.X,
-)
-_DIRECTIVE_RE = re.compile(r"[ \t]*(?:#|%:)[ \t]*(\w+)[ \t]*(.*)$")
-_CONDITIONAL = frozenset({"if", "ifdef", "ifndef", "elif", "elifdef", "elifndef", "else", "endif", "error", "warning",
-                          "line", "embed"})  # fmt: skip
 _QUAL_RE = re.compile(r"(?<![\w])(?:::\s*)?([A-Za-z_]\w*(?:\s*::\s*(?:template\s+)?~?[A-Za-z_]\w*)+)")
 _METHOD_RE = re.compile(r"(?:\.|->)\s*(?:template\s+)?([A-Za-z_]\w*)\s*(?:<[^;(){}]*?>)?\s*\(")
 _ID_RE = re.compile(r"[A-Za-z_]\w*")
@@ -86,114 +69,6 @@ class CppHit:
     line: int | None
     detail: str
     severity: str = ERROR
-
-
-def _lex(text: str, keep_strings: bool) -> tuple[str, list[tuple[str, int]]]:
-    """Blank comments (and, unless ``keep_strings``, string/char literals), keeping offsets and line breaks.
-
-    Returns the new text and the string literals' contents with their offsets.
-    """
-    strings: list[tuple[str, int]] = []
-
-    def repl(m: re.Match[str]) -> str:
-        kind = m.lastgroup
-        s = m.group(0)
-        if kind in ("lc", "bc"):
-            return re.sub(r"[^\n]", " ", s)
-        if kind in ("raw", "str", "chr"):
-            strings.append((s, m.start()))
-            return s if keep_strings else re.sub(r"[^\n]", " ", s)
-        return s
-
-    return _LEX_RE.sub(repl, text), strings
-
-
-def _splice(text: str) -> str:
-    """Join backslash-continued lines, padding with newlines so later lines keep their numbers."""
-    out: list[str] = []
-    pending = 0
-    for line in text.split("\n"):
-        if line.endswith("\\"):
-            out.append(line[:-1])
-            pending += 1
-            continue
-        out.append(line + "\n" * pending if pending else line)
-        pending = 0
-        out.append("\n")
-    return "".join(out)
-
-
-class _Lines:
-    """Offset -> line number of a text whose lines may carry their own numbers."""
-
-    def __init__(self, text: str, numbers: list[int] | None = None) -> None:
-        self.starts = [0] + [i + 1 for i, c in enumerate(text) if c == "\n"]
-        self.numbers = numbers
-
-    def __call__(self, offset: int) -> int:
-        idx = bisect.bisect_right(self.starts, offset) - 1
-        if self.numbers is None:
-            return idx + 1
-        return self.numbers[min(idx, len(self.numbers) - 1)] if self.numbers else 1
-
-
-def _directives(code: str) -> tuple[str, list[tuple[str, int]], dict[str, list[int]]]:
-    """Blank include and conditional lines; return the text, the includes (with lines) and each #define's lines."""
-    lines = code.split("\n")
-    includes: list[tuple[str, int]] = []
-    defines: dict[str, list[int]] = {}
-    for i, line in enumerate(lines):
-        m = _DIRECTIVE_RE.match(line)
-        if m is None:
-            continue
-        name, rest = m.group(1), m.group(2).strip()
-        if name in ("include", "include_next", "import"):
-            includes.append((rest, i + 1))
-            lines[i] = ""
-        elif name in _CONDITIONAL:
-            lines[i] = ""
-        elif name == "define" and (dm := re.match(r"\w+", rest)):
-            defines.setdefault(dm.group(0), []).append(i)
-    return "\n".join(lines), includes, defines
-
-
-def _preprocess(text: str, kind: str, defines: list[str]) -> tuple[str | None, str]:
-    """Run ``g++ -E`` on ``text``; return (output or None, problem description or "")."""
-    gxx = shutil.which("g++") or shutil.which("c++")
-    if gxx is None:
-        return None, "no C++ preprocessor (g++) on this machine"
-    cmd = [gxx, "-E", "-x", "c++", "-std=gnu++17", "-nostdinc", "-w", "-DTORCH_EXTENSION_NAME=candidate_ext"]
-    if kind in ("cuda", "musa"):
-        cmd += ["-D__CUDACC__", "-D__NVCC__", "-D__CUDA_ARCH__=800", "-D__MUSACC__", "-D__MUSA_ARCH__=220"]
-    cmd += [*defines, "-"]
-    try:
-        proc = subprocess.run(cmd, input=text, capture_output=True, text=True, timeout=PREPROCESS_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"the C++ preprocessor failed ({type(e).__name__})"
-    problem = ""
-    if proc.returncode != 0:
-        first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
-        problem = f"the C++ preprocessor reported an error ({first.strip()[:200]})"
-    return (proc.stdout if proc.stdout else None), problem
-
-
-def _mapped_output(out: str) -> tuple[str, _Lines]:
-    """Drop line markers and pragmas from ``g++ -E`` output, keeping each line's number in the input."""
-    lines: list[str] = []
-    numbers: list[int] = []
-    cur: int | None = None
-    for line in out.split("\n"):
-        m = re.match(r'#\s*(\d+)\s+"([^"]*)"', line)
-        if m:
-            cur = int(m.group(1)) if m.group(2) == "<stdin>" else None
-            continue
-        if cur is not None:
-            if not line.lstrip().startswith("#"):
-                lines.append(line)
-                numbers.append(cur)
-            cur += 1
-    text = "\n".join(lines)
-    return text, _Lines(text, numbers)
 
 
 def _check_include(rest: str, line: int) -> Iterator[CppHit]:
@@ -275,7 +150,7 @@ def defined_names(code: str) -> set[str]:
     return {d.group(1) for d in _DEF_RE.finditer(code)} | {d.group(1) for d in _LAMBDA_RE.finditer(code)}
 
 
-def _scan_names(code: str, line_of: _Lines, known: frozenset[str] = frozenset()) -> Iterator[CppHit]:
+def _scan_names(code: str, line_of: Lines, known: frozenset[str] = frozenset()) -> Iterator[CppHit]:
     """Identifier-level checks on code without comments and strings."""
     aliases = {m.group(1): re.sub(r"\s|^::", "", m.group(2)) for m in _NS_ALIAS_RE.finditer(code)}
     for m in _QUAL_RE.finditer(code):
@@ -317,7 +192,7 @@ def _scan_names(code: str, line_of: _Lines, known: frozenset[str] = frozenset())
 
 
 def _check_identifier(
-    code: str, m: re.Match[str], line_of: _Lines, using_torch: bool, defined: set[str]
+    code: str, m: re.Match[str], line_of: Lines, using_torch: bool, defined: set[str]
 ) -> Iterator[CppHit]:
     word = m.group(0)
     for pattern, flag in al.CPP_NAME_PATTERNS:
@@ -359,7 +234,7 @@ def _declares(code: str, start: int) -> bool:
     return prev is not None and prev.group(1) not in _CALL_KEYWORDS
 
 
-def _scan_strings(strings: list[tuple[str, int]], line_of: _Lines) -> Iterator[CppHit]:
+def _scan_strings(strings: list[tuple[str, int]], line_of: Lines) -> Iterator[CppHit]:
     for s, offset in strings:
         for pattern, flag in _STRING_FLAGS:
             for m in pattern.finditer(s):
@@ -393,25 +268,25 @@ def scan_source(
     Returns:
         Hits in source order; a warning hit ``preprocessor_unavailable`` when preprocessing could not be done.
     """
-    code, _ = _lex(_splice(text), keep_strings=True)
-    code, includes, macro_defs = _directives(code)
-    raw_lines = _Lines(code)
+    code, _ = lex(splice(text), keep_strings=True)
+    code, includes, macro_defs = directives(code)
+    raw_lines = Lines(code)
     hits: list[CppHit] = []
     for rest, line in includes:
         hits.extend(_check_include(rest, line))
-    bare, strings = _lex(code, keep_strings=False)
+    bare, strings = lex(code, keep_strings=False)
     hits.extend(_scan_names(bare, raw_lines, known))
     hits.extend(_scan_strings(strings, raw_lines))
     if preprocess and code.strip():
         variants = [code] + [v for v in (_first_definitions(code, macro_defs),) if v is not None]
         for variant in variants:
-            out, problem = _preprocess(variant, kind, list(defines))
+            out, problem = run_preprocessor(variant, kind, list(defines))
             if problem:
                 hits.append(CppHit("preprocessor_unavailable", problem, None, problem, WARNING))
             if out is None:
                 break
-            pp_text, pp_lines = _mapped_output(out)
-            pp_bare, pp_strings = _lex(pp_text, keep_strings=False)
+            pp_text, pp_lines = mapped_output(out)
+            pp_bare, pp_strings = lex(pp_text, keep_strings=False)
             hits.extend(_scan_names(pp_bare, pp_lines, known))
             hits.extend(_scan_strings(pp_strings, pp_lines))
     if any(len(v) > 1 for v in macro_defs.values()):
@@ -488,7 +363,7 @@ def check_build(spec: RecoveredBuild, policy: str = "strict", preprocess: bool =
         if f is not None:
             out.append(f)
     defines = _defines(tokens)
-    known = frozenset(n for src in spec.sources for n in defined_names(_lex(_splice(src.text), keep_strings=False)[0]))
+    known = frozenset(n for src in spec.sources for n in defined_names(lex(splice(src.text), keep_strings=False)[0]))
     for src in spec.sources:
         for hit in scan_source(src.text, src.kind, defines, preprocess, known):
             where = f"{src.kind}_sources" + (f" line {hit.line}" if hit.line is not None else "")

@@ -7,6 +7,8 @@ calls to other local functions (followed by :mod:`musaenv.verification.static_py
 output caches. Events carry the ``try`` regions they occur in, so a handler that falls back to torch can be told
 from one that re-raises.
 """
+# Kept whole (~410 lines): one AST visitor (FunctionAnalyzer) whose _e_*/_s_* methods are found by name; a
+# visitor split over modules would be read in two places.
 
 # Over ~400 lines on purpose: FunctionAnalyzer is one abstract interpreter whose visit methods share its state
 # (kinds, events, try blocks); the call rules it delegates are already in static_calls.py.

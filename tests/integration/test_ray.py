@@ -46,7 +46,7 @@ def test_install_artifacts_is_atomic_and_content_named(tmp_path: Path) -> None:
     assert "nope" in (tmp_path / "musaenv_bad" / "failed.json").read_text()
     assert install_artifacts([{"name": "musaenv_abc", "so": b"other"}], root=tmp_path) == 0  # never overwrites
     assert not [p for p in tmp_path.glob("*/.*") if p.name != ".install.lock"]  # no temporary file left (the
-    # entry's lock file stays: installers and readers of a shared cache take it, loader._entry_lock)
+    # entry's lock file stays: installers and readers of a shared cache take it, ext_cache.entry_lock)
 
 
 @pytest.fixture(scope="module")

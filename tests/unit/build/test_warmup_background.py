@@ -61,13 +61,13 @@ def test_launch_leaves_the_env_registration_out() -> None:
 
 
 def test_builder_command_runs_the_builder(tmp_path: Path) -> None:
-    # A malformed warm-up job: the builder's main, its confinement and its report run; the job fails at once
-    # (before anything imports torch).
+    # A malformed warm-up job: the builder's main, its confinement and its report run; the job is refused at once
+    # (before anything imports torch), as the harness's failure, not the sources'.
     (tmp_path / "spec.json").write_text(json.dumps({"warmup": "x", "pch_cache": str(tmp_path / "pch")}))
     cmd = builder_launch.builder_command(tmp_path)
     assert builder.__name__ == builder_launch.BUILDER_MODULE  # the launch line names the real module
     assert "musaenv.build.builder" in " ".join(cmd)  # what interrupt.kill_running looks for
     proc = subprocess.run(cmd, cwd=tmp_path, env=_env.child_env(), timeout=120, capture_output=True, text=True)
     result = json.loads((tmp_path / "result.json").read_text())
-    assert proc.returncode == 1 and not result["ok"] and "AttributeError" in result["log"]
+    assert proc.returncode == 1 and not result["ok"] and result["infra"] and "refused its job" in result["log"]
     assert "confinement" in result

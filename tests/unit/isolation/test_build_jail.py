@@ -142,3 +142,40 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+_PIDS_SCRIPT = textwrap.dedent(
+    """
+    import json, subprocess, sys
+    from pathlib import Path
+    from musaenv.isolation.build_jail import run_confined
+    from musaenv.isolation.limits import tree_cpu_seconds
+
+    tmp = Path(sys.argv[1])
+
+    def build(report):
+        children = [subprocess.Popen(["sleep", "0.3"]) for _ in range(3)]
+        seen = [(Path(f"/proc/{p.pid}/comm").read_text().strip(), tree_cpu_seconds(p.pid)) for p in children]
+        for p in children:
+            p.wait()
+        (tmp / "out.json").write_text(json.dumps({"report": report, "seen": seen}))
+        return 0
+
+    sys.exit(run_confined(build, tmp, parent_pid=0, writable=[], cpu_s=30))
+    """
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux sandbox")
+def test_a_builds_children_read_as_themselves_in_proc(tmp_path: Path) -> None:
+    # In a pid namespace the build's first child is pid 2; read through the host's /proc that is kthreadd, whose
+    # tree holds every kernel thread's CPU time, and a compile step was killed as over its CPU seconds at 0.3 s.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    proc = subprocess.run([sys.executable, "-c", _PIDS_SCRIPT, str(tmp_path)], env=env, timeout=60,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads((tmp_path / "out.json").read_text())
+    if out["report"].get("own_proc_reason"):
+        pytest.xfail(f"a pid namespace without its own /proc here: {out['report']['own_proc_reason']}")
+    assert [comm for comm, _ in out["seen"]] == ["sleep"] * 3
+    assert all(cpu is not None and cpu < 5 for _, cpu in out["seen"])

@@ -1,0 +1,93 @@
+"""The timing loop and output fingerprints (musaenv.timing.timers), run for real on the CPU."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from musaenv.timing.timers import FINGERPRINT_BLOCKS, DeviceClock, clone_args, output_fingerprint, time_forward
+
+
+class _Recorder:
+    """A forward that records which input each call saw (by its first value) and whether it was a fresh copy."""
+
+    def __init__(self, originals: list[list[Any]]) -> None:
+        self.seen: list[int] = []
+        self.fresh: list[bool] = []
+        self.ptrs = {a[0].data_ptr() for a in originals}
+
+    def __call__(self, x: torch.Tensor, scale: float) -> torch.Tensor:
+        self.seen.append(int(x[0]))
+        self.fresh.append(x.data_ptr() not in self.ptrs)
+        x.mul_(0)  # a candidate that writes its input must not change the next call's
+        return x + scale
+
+
+def _inputs(n: int) -> list[list[Any]]:
+    return [[torch.full((8,), float(i)), 2.0] for i in range(n)]
+
+
+def test_calls_use_fresh_clones_warmup_from_the_other_end() -> None:
+    inputs = _inputs(4)
+    fn = _Recorder(inputs)
+    run = time_forward(fn, inputs, DeviceClock("cpu"), warmup=2, repeats=6, max_time_s=60, flush_bytes=1024)
+    assert fn.seen == [3, 2, 0, 1, 2, 3, 0, 1]  # warm-up inputs[-1], inputs[-2]; timed calls i % 4
+    assert all(fn.fresh) and all(bool((a[0] == i).all()) for i, a in enumerate(inputs))  # originals intact
+    assert len(run.samples_ms) == len(run.host_samples_ms) == len(run.fingerprints) == 6
+    assert run.samples_ms == run.host_samples_ms and all(s >= 0 for s in run.samples_ms)  # CPU: host time
+
+
+def test_kept_outputs_and_the_last_call_are_returned() -> None:
+    inputs = _inputs(3)
+    run = time_forward(_Recorder(inputs), inputs, DeviceClock("cpu"), warmup=0, repeats=5, max_time_s=60,
+                       flush_bytes=0, keep=(1,))  # fmt: skip
+    assert sorted(run.kept_outputs) == [1, 4]
+    assert torch.equal(run.kept_outputs[1], torch.full((8,), 2.0))
+
+
+def test_at_least_three_calls_when_time_runs_out_and_kept_calls_are_waited_for() -> None:
+    inputs = _inputs(2)
+    short = time_forward(_Recorder(inputs), inputs, DeviceClock("cpu"), warmup=0, repeats=50, max_time_s=0.0,
+                         flush_bytes=0)  # fmt: skip
+    assert len(short.samples_ms) == 3
+    waits = time_forward(_Recorder(inputs), inputs, DeviceClock("cpu"), warmup=0, repeats=50, max_time_s=0.0,
+                         flush_bytes=0, keep=(7,))  # fmt: skip
+    assert len(waits.samples_ms) == 8 and 7 in waits.kept_outputs
+
+
+def test_fingerprint_blocks_sums_and_the_reference_form() -> None:
+    n = FINGERPRINT_BLOCKS * 2 + 3
+    x = torch.arange(n, dtype=torch.float32)
+    (rows,) = output_fingerprint(x)
+    assert len(rows) == FINGERPRINT_BLOCKS + 1  # equal blocks, then the remainder
+    assert rows[0] == [1.0, 1.0] and rows[-1] == pytest.approx(
+        [sum(range(n - 3, n)), sum(i * i for i in range(n - 3, n))]
+    )
+    (ref,) = output_fingerprint(-x, reference=True)
+    assert ref[1] == [-5.0, 13.0, 5.0, 2.0] and ref[-1][3] == 3.0  # sum, squares, |x|, count
+    assert sum(r[0] for r in rows) == pytest.approx(n * (n - 1) / 2)
+
+
+def test_fingerprint_of_tuples_integers_half_and_complex() -> None:
+    half = torch.full((4096,), 60.0, dtype=torch.float16)  # sums past fp16's 65504 must stay finite
+    prints = output_fingerprint((torch.tensor([1, 2], dtype=torch.int64), "not a tensor", half,
+                                 torch.tensor([1 + 2j], dtype=torch.complex64)))  # fmt: skip
+    assert len(prints) == 3
+    assert prints[0] == [[1.0, 1.0], [2.0, 4.0]]
+    assert sum(r[0] for r in prints[1]) == pytest.approx(60.0 * 4096)
+    assert prints[2] == [[1.0, 1.0], [2.0, 4.0]]  # real and imaginary parts as elements
+
+
+def test_fingerprint_falls_back_to_float64_where_float32_squares_overflow() -> None:
+    (rows,) = output_fingerprint(torch.full((2,), 1e20, dtype=torch.float32))
+    assert all(math.isfinite(v) for r in rows for v in r) and rows[0][1] == pytest.approx(1e40, rel=1e-6)
+
+
+def test_clone_args_copies_tensors_only_and_cpu_has_no_events() -> None:
+    t, other = torch.ones(3), object()
+    a, b = clone_args([t, other])
+    assert torch.equal(a, t) and a.data_ptr() != t.data_ptr() and b is other
+    assert DeviceClock("cpu").events() is None
