@@ -88,6 +88,9 @@ def child_env(threads: int | None = None) -> dict[str, str]:
     pkg_parent = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_parent, env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # Pinned, not re-derived: a sandboxed process moves HOME (and so the default cache and key dirs) to its workdir.
+    env["MUSAENV_CACHE_DIR"] = str(cache_dir().absolute())
+    env["MUSAENV_KEY_DIR"] = str(key_dir().absolute())
     if threads is not None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[var] = str(threads)

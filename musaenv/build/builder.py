@@ -194,10 +194,31 @@ def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
     return _fast(spec, tmp) or _torch(spec, tmp)
 
 
+def _unusable(tmp: Path) -> str | None:
+    """Why the confined builder cannot write and read back a file in its own directory, or None.
+
+    Every tier would fail on it (GCC cannot make its temporary files), and a compiler's error then read as the
+    candidate's: a sandbox that took the build directory's rights once made honest builds cached compile errors.
+    """
+    probe = tmp / ".musaenv-probe"
+    try:
+        probe.write_bytes(b"x")
+        probe.read_bytes()
+        probe.unlink()
+    except OSError as e:
+        return f"the builder cannot use its own build directory in its sandbox ({e}): a harness fault, not the sources'"
+    return None
+
+
 def _build_and_report(job: CompileJob | WarmupJob | str, tmp: Path, confinement: dict[str, Any]) -> int:
     """Build ``job`` (a string: why the job file was refused) and write the report; returns the exit code."""
     try:
-        result = {"ok": False, "log": job, "infra": True} if isinstance(job, str) else _build(job, tmp)
+        refused = job if isinstance(job, str) else _unusable(tmp)
+        if refused is not None:
+            result: dict[str, object] = {"ok": False, "log": refused, "infra": True}
+        else:
+            assert not isinstance(job, str)
+            result = _build(job, tmp)
         result.pop("seconds", None)  # the split build's own timing: the parent measures the whole build
         report = BuildReport(version=JOB_VERSION, confinement=confinement, **result)  # type: ignore[arg-type]
     except BaseException:  # the harness must always leave a readable result

@@ -107,14 +107,16 @@ class LocalEvaluator:
         sweep_stale_builds()
 
     def _new_worker(self) -> WorkerProcess:
-        if self._server is not None and not self._server.alive:  # it died (or was killed): start another
-            forkserver.release(self._server)
-            self._server = forkserver.acquire(process_env(self.config.timing.cpu_threads, self._worker_env))
+        if self._server is not None:  # it died (or was killed): start another
+            self._server = forkserver.renew(self._server)
         return WorkerProcess("candidate", self.config.timing.cpu_threads, self._worker_env, self._server)
 
     def _take_worker(self) -> WorkerProcess:
         worker = self._spare or self._new_worker()
-        if self._spare is not None and (not worker.wait_ready(WORKER_START_TIMEOUT_S) or worker.poll() is not None):
+        server_gone = self._server is not None and not self._server.alive  # its workers die with it (death signal)
+        if self._spare is not None and (
+            server_gone or not worker.wait_ready(WORKER_START_TIMEOUT_S) or worker.poll() is not None
+        ):
             worker.close()  # the spare died while waiting (killed, or with its fork server): one fresh try
             worker = self._new_worker()
         self._spare = None

@@ -24,6 +24,7 @@ from musaenv.config import TimingConfig
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.plan import EvalPlan
+from musaenv.isolation import forkserver
 from musaenv.isolation.channel import ProtocolError
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.integrity import read_sealed, write_sealed
@@ -153,9 +154,12 @@ class ReferenceService:
         write_sealed(self.cache_dir / f"{key}.json", f"reftime:{key}", body)
 
     def _ensure_worker(self) -> WorkerProcess:
-        if self._worker is None or self._worker.poll() is not None:
+        server_gone = self.fork_server is not None and not self.fork_server.alive  # its workers died with it
+        if self._worker is None or server_gone or self._worker.poll() is not None:
             if self._worker is not None:
                 self._worker.close()
+            if self.fork_server is not None:  # the shared server may have died, and its workers with it
+                self.fork_server = forkserver.renew(self.fork_server)
             self._worker = WorkerProcess("reference", self.cpu_threads, self.extra_env, self.fork_server)
         if not self._worker.wait_ready(WORKER_START_TIMEOUT_S):
             why = self._worker.start_error or self._worker.log_tail()

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 from musaenv.isolation import messages, tempdirs
 
-__all__ = ["ForkServer", "ForkServerError", "acquire", "release", "tie_to_parent"]
+__all__ = ["ForkServer", "ForkServerError", "acquire", "release", "renew", "tie_to_parent"]
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=messages.Message)
@@ -263,6 +263,7 @@ class ForkServer:
     def __init__(
         self, env: dict[str, str], entry: str = WORKER_ENTRY, preload: tuple[str, ...] = WORKER_PRELOAD
     ) -> None:
+        self.env = dict(env)
         self._lock = threading.Lock()
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._logdir = tempdirs.make("forkserver")
@@ -391,6 +392,16 @@ def acquire(env: dict[str, str]) -> ForkServer:
             server, count = ForkServer(env), 0
         _SHARED[key] = (server, count + 1)
         return server
+
+
+def renew(server: ForkServer) -> ForkServer:
+    """``server`` while it lives; once it died (or was killed), it is released and a live one for the same
+    environment acquired in its place. Every holder renews its own: the candidate side and the reference service
+    share one server, and its workers die with it."""
+    if server.alive:
+        return server
+    release(server)
+    return acquire(server.env)
 
 
 def release(server: ForkServer) -> None:

@@ -223,12 +223,17 @@ def _writable_paths(workdir: Path, extra: Sequence[str | Path]) -> list[str]:
     return list(dict.fromkeys(paths))
 
 
-def _hide_key() -> str | None:
+def _hide_key(cache: Path, key: Path) -> str | None:
     """The sealing key's directory becomes unreadable (musaenv.isolation.integrity); created first so a key written
-    later is hidden too, and the cache root exists before the layer freezes which of its siblings are readable."""
-    for d in (_env.cache_dir(), _env.key_dir()):
+    later is hidden too, and the cache root exists before the layer freezes which of its siblings are readable.
+
+    ``cache`` and ``key`` are resolved before the workdir step moves ``HOME``: resolved after it, with
+    ``MUSAENV_CACHE_DIR`` unset (the default), they named ``<workdir>/.cache/musaenv.keys``, so the real key stayed
+    readable and the workdir itself, as that path's ancestor, lost its read rights (a builder could not open its
+    own temporary files)."""
+    for d in (cache, key):
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return hide_paths([_env.key_dir()])
+    return hide_paths([key])
 
 
 def _landlock(guard: Any, paths: list[str], block_network: bool, steps: _Steps) -> int:
@@ -307,6 +312,7 @@ def enter_sandbox(
     guard, used = _load_guard(implementation or _env.sandbox_implementation(), steps)
     workdir = Path(workdir).resolve()
     threads = thread_count()
+    cache, key = _env.cache_dir().absolute(), _env.key_dir().absolute()  # before HOME moves (see _hide_key)
     steps.run("workdir", lambda: _enter_workdir(workdir))
     steps.run("oom_score_adj", _raise_oom_score)
     _apply_rlimits(cfg, steps)
@@ -314,7 +320,7 @@ def enter_sandbox(
     if cfg.block_network and not has_seccomp:
         steps.run("netns", isolate_network_namespace)  # before capabilities go: it needs CAP_SYS_ADMIN
     paths = _writable_paths(workdir, extra_writable)
-    steps.run("landlock_hide_key", _hide_key)
+    steps.run("landlock_hide_key", lambda: _hide_key(cache, key))
     uncovered = _landlock(guard, paths, cfg.block_network, steps) if restrict_writes else 0
     if not restrict_writes:
         steps.record("landlock_writes", "disabled by the caller")

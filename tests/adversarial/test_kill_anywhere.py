@@ -207,6 +207,17 @@ def test_kill_fork_server(ev: LocalEvaluator, after_s: float) -> None:
     _then_clean_and_right(ev, solution_source(TASK, "cpu"))
 
 
+def test_kill_fork_server_between_evaluations(ev: LocalEvaluator) -> None:
+    # Idle, the server holds the spare candidate worker and the reference worker, both of which die with it: the
+    # candidate side and the reference service must each start a new server, not ask the dead one (CI: the next
+    # evaluation was infra_error, "the reference worker did not start").
+    assert ev.evaluate(get_task(TASK), solution_source(TASK, "cpu"), seed=4).stage is Stage.CORRECT
+    assert ev._server is not None
+    os.kill(ev._server.proc.pid, signal.SIGKILL)
+    ev._server.proc.wait()
+    _then_clean_and_right(ev, solution_source(TASK, "cpu"))
+
+
 _BUSY = """
 import torch
 class ModelNew(torch.nn.Module):

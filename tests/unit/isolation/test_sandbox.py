@@ -310,3 +310,44 @@ def test_thread_count_sees_a_new_thread() -> None:
     finally:
         release.set()
         t.join()
+
+
+DEFAULT_DIRS_PROBE = r"""
+import json, os, sys
+from pathlib import Path
+from musaenv.config import SandboxConfig
+from musaenv.isolation.sandbox import enter_sandbox
+workdir, key = Path(sys.argv[1]), Path(sys.argv[2])
+report = enter_sandbox(SandboxConfig(cpu_time_s=60), workdir)
+out = {"applied": report.to_dict()["applied"]}
+(workdir / "own.txt").write_text("x")
+out["own_file"] = (workdir / "own.txt").read_text()
+try:
+    key.read_bytes()
+    out["key"] = "read"
+except OSError as e:
+    out["key"] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def test_default_key_dir_is_hidden_and_the_workdir_stays_readable(tmp_path: Path) -> None:
+    # MUSAENV_CACHE_DIR unset (the default): the key lives in ~/.cache/musaenv.keys. The sandbox moves HOME to the
+    # workdir; the dirs it hides must be the ones that held before (a regression: it hid <workdir>/.cache/... ,
+    # left the real key readable and took the workdir's own read rights, so a builder could not open its files).
+    home = tmp_path / "home"
+    key = home / ".cache" / "musaenv.keys" / "key"
+    key.parent.mkdir(parents=True)
+    key.write_bytes(b"k" * 32)
+    env = {k: v for k, v in os.environ.items() if k not in ("MUSAENV_CACHE_DIR", "MUSAENV_KEY_DIR", "XDG_CACHE_HOME")}
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", DEFAULT_DIRS_PROBE, str(tmp_path / "work"), str(key)],
+        capture_output=True, text=True, timeout=120, env={**env, "HOME": str(home), "PYTHONPATH": path},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if "landlock_hide_key" not in out["applied"]:
+        pytest.skip("Landlock unavailable: the key is not hidden here")
+    assert out["own_file"] == "x"
+    assert out["key"] == "PermissionError"
