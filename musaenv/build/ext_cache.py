@@ -58,10 +58,22 @@ def entry_lock(entry: Path, how: int) -> Iterator[None]:
         yield
 
 
+#: Raised when a release learns that failures it used to seal were the harness's: a sealed compile error of an
+#: older epoch is built again rather than served. 2: before it, every build under the default cache dir failed in
+#: the sandbox (GCC could not open its temporary files) and was sealed as the candidate's compile error.
+FAILURE_EPOCH = 2
+
+
+def seal_failure(final_dir: Path, name: str, log: str) -> None:
+    """Seal ``log`` as the compile error of ``name`` (the same sources fail the same way)."""
+    write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": log, "epoch": FAILURE_EPOCH})
+
+
 def sealed_failure(root: Path, name: str) -> str | None:
-    """The compiler output of a sealed compile error of ``name``; ``None`` when there is none."""
+    """The compiler output of a sealed compile error of ``name``; ``None`` when there is none (or of another
+    :data:`FAILURE_EPOCH`)."""
     failed = read_sealed(root / name / "failed.json", "ext_failed")
-    if failed and failed.get("name") == name:
+    if failed and failed.get("name") == name and failed.get("epoch") == FAILURE_EPOCH:
         return str(failed.get("log", ""))
     return None
 
@@ -99,7 +111,7 @@ def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
         os.replace(staged, final_dir / f"{name}.so")
         return True
     if isinstance(artifact.get("failed"), str):
-        write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": artifact["failed"]})
+        seal_failure(final_dir, name, artifact["failed"])
         return True
     return False
 

@@ -37,7 +37,14 @@ from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
 from musaenv.build.builder_launch import builder_command
 from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
-from musaenv.build.ext_cache import export_artifact, import_artifact, install, sealed_failure, verified_module
+from musaenv.build.ext_cache import (
+    export_artifact,
+    import_artifact,
+    install,
+    seal_failure,
+    sealed_failure,
+    verified_module,
+)
 from musaenv.build.job import BuildReport, CompileJob, read_report
 from musaenv.build.warmup import start_background
 from musaenv.isolation.integrity import read_sealed, write_sealed
@@ -251,7 +258,7 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
                 build_log += _tail(tmp / "builder.log")
             elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
-                write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": build_log})
+                seal_failure(final_dir, name, build_log)
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
         so_path = install(tmp, name, final_dir)
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
