@@ -20,10 +20,19 @@ about 3x slower than plain ``load_inline``. Most flags change none of those.
   ...: :data:`_CODEGEN_ONLY`) are left out: GCC runs them when it generates code, after the header is loaded, and
   the code is byte-identical with and without a header built without them (tested).
 * Everything else stays in the key: target options (``-m...``, ``-march=native`` differs in ``-mabm``...),
-  ``-f...`` options (``-fopenmp`` defines ``_OPENMP`` and turns on the ``#pragma omp`` in ATen's headers;
-  ``-ffast-math`` changes ``-mieee-fp``, ``-fno-math-errno`` defines ``__NO_MATH_ERRNO__``, ``-fopenmp-simd``
-  changes how ``#pragma omp simd`` parses),
-  ``-std=``, ``-g``.
+  ``-f...`` options (``-fopenmp`` where the header's text depends on it, below: it defines ``_OPENMP``, which
+  ``torch/extension.h`` tests to include ``omp.h``; ``-ffast-math`` changes ``-mieee-fp``, ``-fno-math-errno``
+  defines ``__NO_MATH_ERRNO__`` and changes GCC's built-in math declarations, ``-fopenmp-simd`` changes how
+  ``#pragma omp simd`` parses), ``-std=``, ``-g``.
+* *OpenMP and threads* (``-fopenmp``, ``-pthread``) are left out of a kind's key when its header's text does not
+  depend on them (checked once per installation by :class:`musaenv.build.pch.PchStore`: the preprocessed header
+  is the same text with and without them, with no OpenMP pragma in it, and they define only ``_OPENMP`` and
+  ``_REENTRANT``; true of ``torch/types.h`` in torch 2.13, not of ``torch/extension.h``). Such a header is built
+  with ``-fopenmp -U_OPENMP -U_REENTRANT`` (:data:`OMP_SHARED_FLAGS`): GCC declares its OpenMP built-ins, which an
+  OpenMP unit needs from its header (without them GCC 12 crashes in ``ompexp``), and the two macros stay out of
+  the header so that GCC accepts it for units with and without them. A unit with ``-fopenmp`` or ``-pthread``
+  undefines them on its command line and defines them again right after the header, as the compiler would have
+  (:func:`omp_macros`): the same code as with a header of its own (tested).
 * *Equivalent lists* key alike: of options of one family (``-O``, ``-std=``, ``-march=``, ``-fX``/``-fno-X``,
   ...) the last wins, as in GCC, duplicates go, and the order of the rest does not matter.
 
@@ -39,7 +48,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["bind_key_flags", "macro_name", "opt_class", "pch_key_flags", "refusal", "refused_macros", "strip_refusals"]
+__all__ = [
+    "OMP_MACROS",
+    "OMP_SHARED_FLAGS",
+    "bind_key_flags",
+    "macro_name",
+    "omp_macros",
+    "omp_shareable",
+    "opt_class",
+    "pch_key_flags",
+    "refusal",
+    "refused_macros",
+    "strip_refusals",
+]
 
 # Representative of each optimisation class (the flag a shared header is built with); None: no -O at all.
 _OPT_CLASS = {"-O0": None, "-O": "-O2", "-O1": "-O2", "-O2": "-O2", "-O3": "-O2", "-Os": "-Os", "-Oz": "-Oz",
@@ -101,12 +122,37 @@ def macro_name(tok: str) -> str | None:
     return m.group(1) if m else None
 
 
-def pch_key_flags(tokens: Sequence[str], sensitive_macros: Iterable[str] = ()) -> tuple[str, ...]:
-    """The candidate flags a precompiled header is built with (and keyed on); see the module docstring."""
+# What a header shared by units with and without -fopenmp/-pthread is built with, and the macros those define.
+OMP_SHARED_FLAGS = ("-fopenmp", "-U_OPENMP", "-U_REENTRANT")
+OMP_MACROS = ("_OPENMP", "_REENTRANT")
+_OMP_FAMILIES = ("-fopenmp", "-pthread")
+
+
+def omp_macros(tokens: Sequence[str]) -> tuple[str, ...]:
+    """The predefined macros a flag list's ``-fopenmp`` (both) or ``-pthread`` (``_REENTRANT``) defines."""
+    chosen = _last_of_each(tokens)
+    if chosen.get("-fopenmp") == "-fopenmp":
+        return OMP_MACROS
+    return ("_REENTRANT",) if "-pthread" in chosen else ()
+
+
+def omp_shareable(tokens: Sequence[str]) -> bool:
+    """Whether a flag list may use an OpenMP-shared header: it neither defines nor undefines those macros."""
+    return not any(macro_name(t) in OMP_MACROS for t in tokens)
+
+
+def pch_key_flags(
+    tokens: Sequence[str], sensitive_macros: Iterable[str] = (), omp_shared: bool = False
+) -> tuple[str, ...]:
+    """The candidate flags a precompiled header is built with (and keyed on); see the module docstring.
+
+    ``omp_shared``: the kind's header text does not depend on ``-fopenmp``/``-pthread`` (checked by the store).
+    """
     keep_macros = set(sensitive_macros)
-    out: list[str] = []
+    shared = omp_shared and omp_shareable(tokens)
+    out: list[str] = list(OMP_SHARED_FLAGS) if shared else []
     for fam, tok in _last_of_each(tokens).items():
-        if fam == "-O" or _WARNING.match(tok) or _CODEGEN_ONLY.match(tok):
+        if fam == "-O" or _WARNING.match(tok) or _CODEGEN_ONLY.match(tok) or (shared and fam in _OMP_FAMILIES):
             continue
         name = macro_name(tok)
         if name is not None and name not in keep_macros:

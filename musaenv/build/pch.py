@@ -28,7 +28,9 @@ import inspect
 import json
 import logging
 import os
+import re
 import shlex
+import shutil
 import subprocess
 import tempfile
 import time
@@ -38,7 +40,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from musaenv.build.flagkeys import bind_key_flags, macro_name, pch_key_flags, refusal, refused_macros
+from musaenv.build.flagkeys import (
+    OMP_MACROS,
+    bind_key_flags,
+    macro_name,
+    omp_macros,
+    omp_shareable,
+    pch_key_flags,
+    refusal,
+    refused_macros,
+)
 
 __all__ = ["MAX_PCH_SETS", "CompileFlags", "PchStore", "file_lock", "run_tool", "torch_flags", "unique_suffix"]
 
@@ -51,6 +62,9 @@ PCH_TIMEOUT_S = 600.0
 # loaded 2-core CI machine took 88 s wall (torch/extension.h), and the candidate's own compile must still fit.
 PCH_MIN_BUDGET_S = 200.0
 HEADERS = {"full": "torch/extension.h", "split": "torch/types.h"}
+# Format of a header directory's key (2: keyed on the toolchain too; OpenMP-shared headers). Directories of
+# older formats are removed when a new header is built (:meth:`PchStore._drop_stale`).
+PCH_FORMAT = 2
 
 _NAME_MARK = "musaenv_mark_name"
 _CFLAG_MARK = "-DMUSAENV_MARK_CFLAGS"
@@ -68,6 +82,9 @@ class CompileFlags:
         ldflags: Flags of the link rule (``-shared``, torch's libraries, the candidate's flags).
         user: The candidate's own compile flags (a slice of ``cflags``, from ``user_at``).
         user_at: Where ``user`` starts in ``cflags``.
+        toolchain: torch, Python and compiler versions (:func:`musaenv.build.buildspec.toolchain_fingerprint`).
+            Part of every key: GCC uses a precompiled header whatever became of the headers it was made from
+            (tested), so one made from an older torch's headers must never serve a newer torch.
     """
 
     cxx: tuple[str, ...]
@@ -75,28 +92,37 @@ class CompileFlags:
     ldflags: tuple[str, ...]
     user: tuple[str, ...] = ()
     user_at: int = -1
+    toolchain: str = ""
 
     def _with_user(self, user: Sequence[str]) -> tuple[str, ...]:
         at = self.user_at if self.user_at >= 0 else len(self.cflags)
         flags = (*self.cflags[:at], *user, *self.cflags[at + len(self.user) :])
         return tuple(f for f in flags if not f.startswith("-DTORCH_EXTENSION_NAME="))
 
-    def pch_flags(self, sensitive_macros: Sequence[str] = ()) -> tuple[str, ...]:
+    def pch_flags(self, sensitive_macros: Sequence[str] = (), omp_shared: bool = False) -> tuple[str, ...]:
         """The flags a precompiled header for this build is made with: torch's, and of the candidate's only those
         a header depends on (:func:`musaenv.build.flagkeys.pch_key_flags`); never the module name."""
-        return self._with_user(pch_key_flags(self.user, sensitive_macros))
+        return self._with_user(pch_key_flags(self.user, sensitive_macros, omp_shared))
 
     def bind_flags(self) -> tuple[str, ...]:
         """The flags the binding objects are compiled with (:func:`musaenv.build.flagkeys.bind_key_flags`)."""
         return self._with_user(bind_key_flags(self.user))
 
-    def key(self, sensitive_macros: Sequence[str] = ()) -> str:
-        """Content hash of the compiler and the flags a precompiled header depends on."""
-        return _digest([self.cxx, self.pch_flags(sensitive_macros)])
+    def key(self, sensitive_macros: Sequence[str] = (), omp_shared: bool = False) -> str:
+        """Content hash of the toolchain, the compiler and the flags a precompiled header depends on."""
+        return _digest([self.toolchain, self.cxx, self.pch_flags(sensitive_macros, omp_shared)])
 
     def bind_key(self) -> str:
-        """Content hash of the compiler and the flags the binding objects depend on."""
-        return _digest([self.cxx, self.bind_flags(), "python.h"])
+        """Content hash of the toolchain, the compiler and the flags the binding objects depend on."""
+        return _digest([self.toolchain, self.cxx, self.bind_flags(), "python.h"])
+
+
+def _current(d: Path) -> bool:
+    """A header directory made by this release's store (it counts against :data:`MAX_PCH_SETS`)."""
+    try:
+        return json.loads((d / "key.json").read_text()).get("format") == PCH_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _digest(value: Any) -> str:
@@ -153,7 +179,8 @@ def torch_flags(
     """
     from musaenv.build.buildspec import toolchain_fingerprint
 
-    fp = hashlib.sha256(toolchain_fingerprint().encode()).hexdigest()[:16]
+    toolchain = toolchain_fingerprint()
+    fp = hashlib.sha256(toolchain.encode()).hexdigest()[:16]
     path = cache / f"flags-{fp}.json"
     try:
         tpl = json.loads(path.read_text())
@@ -180,7 +207,7 @@ def torch_flags(
     ldflags: list[str] = []
     for f in tpl["ldflags"]:
         ldflags.extend(user_ld if f == _LDFLAG_MARK else [f])
-    return CompileFlags(tuple(tpl["cxx"]), tuple(cflags), tuple(ldflags), tuple(user_c), user_at)
+    return CompileFlags(tuple(tpl["cxx"]), tuple(cflags), tuple(ldflags), tuple(user_c), user_at, toolchain)
 
 
 def run_tool(
@@ -247,6 +274,7 @@ class PchStore:
         self.deadline = deadline
         self.wanted: list[str] = []
         self._macros: tuple[str, ...] | None = None
+        self._omp: dict[str, dict[str, Any] | None] = {}
 
     def sensitive_macros(self) -> tuple[str, ...]:
         """Macros GCC refused a header for (they are part of every header key from then on)."""
@@ -258,13 +286,41 @@ class PchStore:
                 self._macros = ()
         return self._macros
 
-    def _dir(self, kind: str, flags: CompileFlags) -> Path:
-        return self.root / f"{kind}-{flags.key(self.sensitive_macros())}"
+    def omp_shared(self, kind: str) -> bool | None:
+        """Whether ``kind``'s headers serve units with and without ``-fopenmp``/``-pthread`` alike (one header
+        built with :data:`musaenv.build.flagkeys.OMP_SHARED_FLAGS`); ``None`` until :meth:`build` has checked."""
+        if kind not in self._omp:
+            try:
+                found = json.loads((self.root / f"omp-{kind}.json").read_text())
+                self._omp[kind] = found if isinstance(found, dict) and isinstance(found.get("shared"), bool) else None
+            except (OSError, ValueError):
+                self._omp[kind] = None
+        found = self._omp[kind]
+        return None if found is None else bool(found["shared"])
 
-    def _ready(self, d: Path) -> list[str] | None:
-        if (d / "musaenv_pch.h.gch").exists() and not (d / "failed.json").exists():
-            return ["-Winvalid-pch", "-include", str(d / "musaenv_pch.h")]
-        return None
+    def _dir(self, kind: str, flags: CompileFlags) -> Path:
+        return self.root / f"{kind}-{flags.key(self.sensitive_macros(), self.omp_shared(kind) is True)}"
+
+    def _ready(self, kind: str, d: Path, flags: CompileFlags) -> list[str] | None:
+        if not (d / "musaenv_pch.h.gch").exists() or (d / "failed.json").exists():
+            return None
+        use = ["-Winvalid-pch", "-include", str(d / "musaenv_pch.h")]
+        restore = omp_macros(flags.user) if self.omp_shared(kind) and omp_shareable(flags.user) else ()
+        if restore:  # the header was made without them: undefine them for it, define them again right after
+            path, text = self._restore_header(kind, d, restore)
+            try:
+                if path.read_text() != text:
+                    return None
+            except OSError:
+                return None
+            use = [*(f"-U{m}" for m in restore), *use, "-include", str(path)]
+        return use
+
+    def _restore_header(self, kind: str, d: Path, names: Sequence[str]) -> tuple[Path, str]:
+        """The header that defines ``names`` again after an OpenMP-shared header, as the compiler defines them."""
+        defines = (self._omp.get(kind) or {}).get("macros", {})
+        text = "".join(f"#define {m} {defines.get(m, '1')}\n" for m in names)
+        return d / f"musaenv_restore_{'_'.join(n.strip('_').lower() for n in names)}.h", text
 
     def include_flags(self, kind: str, flags: CompileFlags) -> list[str] | None:
         """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``split``); never builds one.
@@ -272,7 +328,7 @@ class PchStore:
         A missing header is added to :attr:`wanted` (``None`` is returned: compile without it).
         """
         d = self._dir(kind, flags)
-        ready = self._ready(d)
+        ready = self._ready(kind, d, flags)
         if ready is None and not (d / "failed.json").exists() and not self._full(d, kind):
             self.wanted.append(kind)
         return ready
@@ -282,34 +338,91 @@ class PchStore:
 
         Returns ``None`` when no header can be had (failed before, too many flag sets, or the build failed).
         """
+        if self.omp_shared(kind) is None:
+            self._check_omp(kind, flags)
         d = self._dir(kind, flags)
-        ready = self._ready(d)
+        ready = self._ready(kind, d, flags)
         if ready is not None:
             return ready
         if (d / "failed.json").exists() or not self._has_budget():
             return None
         with file_lock(self.root / f".{d.name}.lock"):
-            ready = self._ready(d)
+            ready = self._ready(kind, d, flags)
             if ready is not None:
                 return ready
+            self._drop_stale(kind)
             if (d / "failed.json").exists() or self._full(d, kind):
                 return None
             return self._build(kind, flags, d, d / "musaenv_pch.h")
+
+    def _check_omp(self, kind: str, flags: CompileFlags) -> None:
+        """Decide once per installation whether ``kind``'s header text depends on ``-fopenmp``/``-pthread``.
+
+        Shared only when the preprocessed header is the same text with and without them, holds no OpenMP pragma
+        (it would parse differently), and they define nothing but :data:`OMP_MACROS`. A failed check (a tool
+        that would not run) decides nothing: the headers stay keyed on those flags and the next build checks.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        omp_flags = ("-fopenmp", "-fno-openmp", "-pthread")
+        plain = [t for t in flags.pch_flags(self.sensitive_macros()) if t not in omp_flags]
+        src = f"#include <{HEADERS[kind]}>\n"
+
+        def run(extra: list[str], *what: str) -> str | None:
+            try:
+                p = subprocess.run([*flags.cxx, *plain, *extra, *what, "-x", "c++", "-"], input=src, cwd=self.root,
+                                   capture_output=True, text=True, timeout=PCH_TIMEOUT_S)  # fmt: skip
+            except (OSError, subprocess.SubprocessError):
+                return None
+            return p.stdout if p.returncode == 0 else None
+
+        omp = ["-fopenmp", "-pthread"]
+        base_text, omp_text = run([], "-E", "-P"), run(omp, "-E", "-P")
+        base_macros, omp_defs = run([], "-dM", "-E"), run(omp, "-dM", "-E")
+        if None in (base_text, omp_text, base_macros, omp_defs):
+            return
+        assert base_text is not None and base_macros is not None and omp_defs is not None
+        added = set(omp_defs.splitlines()) - set(base_macros.splitlines())
+        macros = {}
+        for line in sorted(added):
+            _, name, value = [*line.split(" ", 2), ""][:3]
+            macros[name] = value
+        pragma = re.search(r"^\s*#\s*pragma\s+omp\b", base_text, re.MULTILINE)
+        shared = base_text == omp_text and pragma is None and set(macros) == set(OMP_MACROS) and bool(
+            set(base_macros.splitlines()) <= set(omp_defs.splitlines()))  # fmt: skip
+        record = {"shared": shared, "macros": macros if shared else {}}
+        part = self.root / f".omp-{kind}.{unique_suffix()}.json"
+        part.write_text(json.dumps(record))
+        os.replace(part, self.root / f"omp-{kind}.json")
+        self._omp[kind] = record
+        log.info("%s headers %s -fopenmp/-pthread", kind, "shared across" if shared else "keyed on")
 
     def _has_budget(self) -> bool:
         return self.deadline is None or self.deadline - time.monotonic() >= PCH_MIN_BUDGET_S
 
     def _full(self, d: Path, kind: str) -> bool:
-        sets = {p.name for p in self.root.glob(f"{kind}-*") if (p / "musaenv_pch.h.gch").exists()}
+        sets = {p.name for p in self.root.glob(f"{kind}-*") if (p / "musaenv_pch.h.gch").exists() and _current(p)}
         return d.name not in sets and len(sets) >= self.max_sets.get(kind, 0)
+
+    def _drop_stale(self, kind: str) -> None:
+        """Remove headers an older release made (keyed without the toolchain): nothing uses them any more, and
+        they must not count against :data:`MAX_PCH_SETS`. Headers of other toolchains sharing the cache stay."""
+        for p in self.root.glob(f"{kind}-*"):
+            if p.is_dir() and (p / "musaenv_pch.h.gch").exists() and not (p / "key.json").exists():
+                log.info("removing precompiled header %s of an older release", p.name)
+                shutil.rmtree(p, ignore_errors=True)
 
     def _build(self, kind: str, flags: CompileFlags, d: Path, header: Path) -> list[str] | None:
         d.mkdir(parents=True, exist_ok=True)
         header.write_text(f"#include <{HEADERS[kind]}>\n")
         tmp_out = d / f".musaenv_pch.h.gch.{unique_suffix()}"
         start = time.perf_counter()
-        key_flags = flags.pch_flags(self.sensitive_macros())
+        shared = self.omp_shared(kind) is True
+        key_flags = flags.pch_flags(self.sensitive_macros(), shared)
         cmd = [*flags.cxx, "-x", "c++-header", str(header), "-o", str(tmp_out), *key_flags]
+        if shared:  # what a unit with -fopenmp or -pthread defines again right after the header (see _ready)
+            for names in (OMP_MACROS, ("_REENTRANT",)):
+                path, text = self._restore_header(kind, d, names)
+                path.write_text(text)
         rc, out = run_tool(cmd, d)
         if rc != 0:
             tmp_out.unlink(missing_ok=True)
@@ -318,9 +431,10 @@ class PchStore:
             log.warning("precompiled header %s failed (rc %d): %s", d.name, rc, out[-800:])
             return None
         (d / "flags.json").write_text(json.dumps(cmd))  # what it was made with, for people reading the cache
+        (d / "key.json").write_text(json.dumps({"format": PCH_FORMAT, "toolchain": flags.toolchain}))
         os.replace(tmp_out, d / "musaenv_pch.h.gch")
         log.info("built precompiled header %s in %.1f s", d.name, time.perf_counter() - start)
-        return ["-Winvalid-pch", "-include", str(header)]
+        return self._ready(kind, d, flags)
 
     def check_used(self, kind: str, flags: CompileFlags, compiler_output: str) -> None:
         """Act on a header the compiler refused (``-Winvalid-pch``); the compile itself went on without it.

@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -54,7 +55,8 @@ COMMON_FLAG_SETS: tuple[tuple[str, ...], ...] = (
     ("-O3", "-march=native", "-fopenmp"),
 )
 _WHY = {
-    "bind": "binding objects (pybind11 module and common function types), shared by all usual flags",
+    "bind": "binding objects (pybind11 module and common function types), shared by all usual flags, and the "
+    "names only torch/extension.h declares (for compile-error verdicts)",
     "split": "precompiled torch/types.h for the candidate's own code",
     "full": "precompiled torch/extension.h for sources that use pybind11 or Python",
 }
@@ -84,6 +86,7 @@ def warmup_items(flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bo
 def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[str], None] | None = None) -> list[dict]:
     """Build ``items`` into the store at ``cache`` (inside the confined builder); returns one row per item."""
     from musaenv.build.bindobj import module_object
+    from musaenv.build.header_names import extension_only_names
     from musaenv.build.pch import PchStore, torch_flags
 
     store = PchStore(cache)
@@ -93,7 +96,14 @@ def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[st
         kind = str(item.get("kind"))
         flags = torch_flags(cache, "musaenv_warmup", item.get("extra_cflags") or (), (),
                             item.get("extra_include_paths") or ())  # fmt: skip
-        built = module_object(flags, cache, []) if kind == "bind" else store.build(kind, flags)
+        if kind == "bind":
+            built: object = module_object(flags, cache, [])
+            # and the names only torch/extension.h declares, so that the first compile error naming an undeclared
+            # identifier does not compute them while its verdict waits (~2 s)
+            with tempfile.TemporaryDirectory(dir=cache) as names_tmp:
+                built = built if extension_only_names(flags, cache, Path(names_tmp)) is not None else None
+        else:
+            built = store.build(kind, flags)
         ok = built is not None
         rows.append({"kind": kind, "extra_cflags": item.get("extra_cflags") or [], "ok": ok,
                      "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip

@@ -33,6 +33,9 @@ def test_start_background_queues_common_sets_once(monkeypatch: pytest.MonkeyPatc
         def poll(self) -> int:
             return 0
 
+        def wait(self) -> int:  # the reaper thread waits on it
+            return 0
+
     def fake_spawn(items: list[dict[str, Any]], timeout_s: float, background: bool) -> tuple[Done, Path]:
         assert background
         spawned.append(list(items))
