@@ -44,6 +44,8 @@ import functools
 import logging
 import os
 import re
+import shutil
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -155,12 +157,25 @@ def linking_with(linker: Linker) -> Iterator[None]:
         _LINKER.reset(token)
 
 
+@functools.lru_cache(maxsize=1)
+def _gold() -> list[str]:
+    """``-fuse-ld=gold`` where binutils has it: it links a module against torch's libraries in ~0.1 s against
+    ld.bfd's ~0.2 s, a few percent of a cached-flags build (measured here: 2.7 s against 2.8 s of CPU)."""
+    return ["-fuse-ld=gold"] if sys.platform.startswith("linux") and shutil.which("ld.gold") else []
+
+
 def _link(flags: CompileFlags, objs: list[Path], out: Path, tmp: Path) -> tuple[int, str]:
     linker = _LINKER.get()
     if linker is not None:
         return linker(objs, out)
-    return run_tool([*flags.cxx, *[str(o) for o in objs], *flags.ldflags, "-o", str(out)], tmp,
-                    preexec=_writes_only(tmp), tmpdir=tmp)  # fmt: skip
+    rest = [*[str(o) for o in objs], *flags.ldflags, "-o", str(out)]
+    gold = [] if any(f.startswith("-fuse-ld") for f in flags.ldflags) else _gold()
+    if gold:
+        rc, text = run_tool([*flags.cxx, *gold, *rest], tmp, preexec=_writes_only(tmp), tmpdir=tmp)
+        if rc == 0:
+            return rc, text
+        log.info("gold could not link %s, linking with the default linker: %s", out.name, text[-300:])
+    return run_tool([*flags.cxx, *rest], tmp, preexec=_writes_only(tmp), tmpdir=tmp)
 
 
 def _error_log(name: str, cmd: list[str], out: str) -> str:
