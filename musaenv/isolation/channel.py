@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from musaenv.isolation.records import ProtocolError
+
 __all__ = ["Channel", "ProtocolError"]
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
@@ -32,10 +34,6 @@ _DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "
 _LEN = struct.Struct("<Q")  # every frame: 8-byte little-endian length, then the payload
 _F_SETPIPE_SZ = 1031  # linux/fcntl.h
 _PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size: 16x fewer system calls per array than 64 KiB
-
-
-class ProtocolError(Exception):
-    """The peer sent something that is not a well-formed message."""
 
 
 def _widen(fd: int) -> None:

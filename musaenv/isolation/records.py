@@ -12,11 +12,14 @@ import typing
 from dataclasses import fields
 from typing import Any, ClassVar, TypeVar, Union
 
-from musaenv.isolation.channel import ProtocolError
-
 __all__ = ["Message", "ProtocolError", "ProtocolMismatch", "decode"]
 
 M = TypeVar("M", bound="Message")
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a well-formed message (defined here, not in :mod:`.channel`: the
+    builder reads its job through these records and must not import NumPy for it)."""
 
 
 class ProtocolMismatch(ProtocolError):
