@@ -25,14 +25,14 @@ about 3x slower than plain ``load_inline``. Most flags change none of those.
   defines ``__NO_MATH_ERRNO__`` and changes GCC's built-in math declarations, ``-fopenmp-simd`` changes how
   ``#pragma omp simd`` parses), ``-std=``, ``-g``.
 * *OpenMP and threads* (``-fopenmp``, ``-pthread``) are left out of a kind's key when its header's text does not
-  depend on them (checked once per installation by :class:`musaenv.build.pch.PchStore`: the preprocessed header
-  is the same text with and without them, with no OpenMP pragma in it, and they define only ``_OPENMP`` and
-  ``_REENTRANT``; true of ``torch/types.h`` in torch 2.13, not of ``torch/extension.h``). Such a header is built
-  with ``-fopenmp -U_OPENMP -U_REENTRANT`` (:data:`OMP_SHARED_FLAGS`): GCC declares its OpenMP built-ins, which an
-  OpenMP unit needs from its header (without them GCC 12 crashes in ``ompexp``), and the two macros stay out of
-  the header so that GCC accepts it for units with and without them. A unit with ``-fopenmp`` or ``-pthread``
-  undefines them on its command line and defines them again right after the header, as the compiler would have
-  (:func:`omp_macros`): the same code as with a header of its own (tested).
+  depend on them (checked once per installation and header by :class:`musaenv.build.pch.PchStore`: the preprocessed
+  header is the same text with and without them, with no OpenMP pragma in it, and they define only ``_OPENMP`` and
+  ``_REENTRANT``; true of ``torch/types.h`` in torch 2.13, not of ``torch/extension.h``). Such a header is built with
+  ``-fopenmp -U_OPENMP -U_REENTRANT`` (:data:`OMP_SHARED_FLAGS`): GCC declares its OpenMP built-ins, which an OpenMP
+  unit needs from its header (without them GCC 12 crashes in ``ompexp``), and the two macros stay out of the header so
+  that GCC accepts it for units with and without them. A unit with ``-fopenmp`` or ``-pthread`` undefines them on its
+  command line and defines them again right after the header, as the compiler would have (:func:`omp_macros`): the
+  same code as with a header of its own (tested).
 * *Equivalent lists* key alike: of options of one family (``-O``, ``-std=``, ``-march=``, ``-fX``/``-fno-X``,
   ...) the last wins, as in GCC, duplicates go, and the order of the rest does not matter.
 

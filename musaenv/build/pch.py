@@ -65,6 +65,7 @@ HEADERS = {"full": "torch/extension.h", "split": "torch/types.h"}
 # Format of a header directory's key (2: keyed on the toolchain too; OpenMP-shared headers). Directories of
 # older formats are removed when a new header is built (:meth:`PchStore._drop_stale`).
 PCH_FORMAT = 2
+_OMP_FLAGS = ("-fopenmp", "-fno-openmp", "-pthread")
 
 _NAME_MARK = "musaenv_mark_name"
 _CFLAG_MARK = "-DMUSAENV_MARK_CFLAGS"
@@ -286,28 +287,38 @@ class PchStore:
                 self._macros = ()
         return self._macros
 
-    def omp_shared(self, kind: str) -> bool | None:
-        """Whether ``kind``'s headers serve units with and without ``-fopenmp``/``-pthread`` alike (one header
-        built with :data:`musaenv.build.flagkeys.OMP_SHARED_FLAGS`); ``None`` until :meth:`build` has checked."""
-        if kind not in self._omp:
+    def _plain_flags(self, flags: CompileFlags) -> list[str]:
+        """The flags of ``flags``' header without ``-fopenmp``/``-pthread`` (what the OpenMP check compares)."""
+        return [t for t in flags.pch_flags(self.sensitive_macros()) if t not in _OMP_FLAGS]
+
+    def _omp_record(self, kind: str, flags: CompileFlags) -> Path:
+        return self.root / f"omp-{kind}-{_digest([flags.toolchain, flags.cxx, self._plain_flags(flags)])}.json"
+
+    def omp_shared(self, kind: str, flags: CompileFlags) -> bool | None:
+        """Whether ``kind``'s header for ``flags`` serves units with and without ``-fopenmp``/``-pthread`` alike
+        (one header built with :data:`musaenv.build.flagkeys.OMP_SHARED_FLAGS`); ``None`` until :meth:`build`
+        has checked that header's text, once per installation."""
+        path = self._omp_record(kind, flags)
+        if path.name not in self._omp:
             try:
-                found = json.loads((self.root / f"omp-{kind}.json").read_text())
-                self._omp[kind] = found if isinstance(found, dict) and isinstance(found.get("shared"), bool) else None
+                found = json.loads(path.read_text())
+                ok = isinstance(found, dict) and isinstance(found.get("shared"), bool)
+                self._omp[path.name] = found if ok else None
             except (OSError, ValueError):
-                self._omp[kind] = None
-        found = self._omp[kind]
+                self._omp[path.name] = None
+        found = self._omp[path.name]
         return None if found is None else bool(found["shared"])
 
     def _dir(self, kind: str, flags: CompileFlags) -> Path:
-        return self.root / f"{kind}-{flags.key(self.sensitive_macros(), self.omp_shared(kind) is True)}"
+        return self.root / f"{kind}-{flags.key(self.sensitive_macros(), self.omp_shared(kind, flags) is True)}"
 
     def _ready(self, kind: str, d: Path, flags: CompileFlags) -> list[str] | None:
         if not (d / "musaenv_pch.h.gch").exists() or (d / "failed.json").exists():
             return None
         use = ["-Winvalid-pch", "-include", str(d / "musaenv_pch.h")]
-        restore = omp_macros(flags.user) if self.omp_shared(kind) and omp_shareable(flags.user) else ()
+        restore = omp_macros(flags.user) if self.omp_shared(kind, flags) and omp_shareable(flags.user) else ()
         if restore:  # the header was made without them: undefine them for it, define them again right after
-            path, text = self._restore_header(kind, d, restore)
+            path, text = self._restore_header(kind, d, flags, restore)
             try:
                 if path.read_text() != text:
                     return None
@@ -316,9 +327,9 @@ class PchStore:
             use = [*(f"-U{m}" for m in restore), *use, "-include", str(path)]
         return use
 
-    def _restore_header(self, kind: str, d: Path, names: Sequence[str]) -> tuple[Path, str]:
+    def _restore_header(self, kind: str, d: Path, flags: CompileFlags, names: Sequence[str]) -> tuple[Path, str]:
         """The header that defines ``names`` again after an OpenMP-shared header, as the compiler defines them."""
-        defines = (self._omp.get(kind) or {}).get("macros", {})
+        defines = (self._omp.get(self._omp_record(kind, flags).name) or {}).get("macros", {})
         text = "".join(f"#define {m} {defines.get(m, '1')}\n" for m in names)
         return d / f"musaenv_restore_{'_'.join(n.strip('_').lower() for n in names)}.h", text
 
@@ -338,7 +349,7 @@ class PchStore:
 
         Returns ``None`` when no header can be had (failed before, too many flag sets, or the build failed).
         """
-        if self.omp_shared(kind) is None:
+        if self.omp_shared(kind, flags) is None:
             self._check_omp(kind, flags)
         d = self._dir(kind, flags)
         ready = self._ready(kind, d, flags)
@@ -356,15 +367,15 @@ class PchStore:
             return self._build(kind, flags, d, d / "musaenv_pch.h")
 
     def _check_omp(self, kind: str, flags: CompileFlags) -> None:
-        """Decide once per installation whether ``kind``'s header text depends on ``-fopenmp``/``-pthread``.
+        """Decide once per installation whether the text of ``kind``'s header for the rest of ``flags`` depends
+        on ``-fopenmp``/``-pthread``.
 
         Shared only when the preprocessed header is the same text with and without them, holds no OpenMP pragma
         (it would parse differently), and they define nothing but :data:`OMP_MACROS`. A failed check (a tool
         that would not run) decides nothing: the headers stay keyed on those flags and the next build checks.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        omp_flags = ("-fopenmp", "-fno-openmp", "-pthread")
-        plain = [t for t in flags.pch_flags(self.sensitive_macros()) if t not in omp_flags]
+        plain = self._plain_flags(flags)
         src = f"#include <{HEADERS[kind]}>\n"
 
         def run(extra: list[str], *what: str) -> str | None:
@@ -390,10 +401,11 @@ class PchStore:
         shared = base_text == omp_text and pragma is None and set(macros) == set(OMP_MACROS) and bool(
             set(base_macros.splitlines()) <= set(omp_defs.splitlines()))  # fmt: skip
         record = {"shared": shared, "macros": macros if shared else {}}
-        part = self.root / f".omp-{kind}.{unique_suffix()}.json"
+        path = self._omp_record(kind, flags)
+        part = path.with_name(f".{path.name}.{unique_suffix()}")
         part.write_text(json.dumps(record))
-        os.replace(part, self.root / f"omp-{kind}.json")
-        self._omp[kind] = record
+        os.replace(part, path)
+        self._omp[path.name] = record
         log.info("%s headers %s -fopenmp/-pthread", kind, "shared across" if shared else "keyed on")
 
     def _has_budget(self) -> bool:
@@ -416,12 +428,12 @@ class PchStore:
         header.write_text(f"#include <{HEADERS[kind]}>\n")
         tmp_out = d / f".musaenv_pch.h.gch.{unique_suffix()}"
         start = time.perf_counter()
-        shared = self.omp_shared(kind) is True
+        shared = self.omp_shared(kind, flags) is True
         key_flags = flags.pch_flags(self.sensitive_macros(), shared)
         cmd = [*flags.cxx, "-x", "c++-header", str(header), "-o", str(tmp_out), *key_flags]
         if shared:  # what a unit with -fopenmp or -pthread defines again right after the header (see _ready)
             for names in (OMP_MACROS, ("_REENTRANT",)):
-                path, text = self._restore_header(kind, d, names)
+                path, text = self._restore_header(kind, d, flags, names)
                 path.write_text(text)
         rc, out = run_tool(cmd, d)
         if rc != 0:

@@ -122,10 +122,11 @@ def test_the_store_shares_a_header_only_when_its_text_does_not_depend_on_openmp(
     user = ["-O3", "-fopenmp"]
     flags = CompileFlags(("g++",), (*BASE, "-I", str(tmp_path / "inc"), *user), (), tuple(user), len(BASE) + 2, "t")
     store = PchStore(tmp_path / "pch")
-    assert store.omp_shared("split") is None
+    assert store.omp_shared("split", flags) is None
     got = store.build("split", flags)
-    record = json.loads((tmp_path / "pch" / "omp-split.json").read_text())
-    assert record["shared"] is shared and store.omp_shared("split") is shared
+    (found,) = (tmp_path / "pch").glob("omp-split-*.json")
+    record = json.loads(found.read_text())
+    assert record["shared"] is shared and store.omp_shared("split", flags) is shared
     assert got is not None
     if shared:
         assert record["macros"] == {"_OPENMP": _omp_value(tmp_path), "_REENTRANT": "1"}
@@ -136,7 +137,10 @@ def test_the_store_shares_a_header_only_when_its_text_does_not_depend_on_openmp(
     else:
         assert "-U_OPENMP" not in got
     # the decision is the installation's, read back by every later store
-    assert PchStore(tmp_path / "pch").omp_shared("split") is shared
+    assert PchStore(tmp_path / "pch").omp_shared("split", flags) is shared
+    # checked per header: another optimisation class has a text of its own to check
+    o0 = CompileFlags(("g++",), (*BASE, "-I", str(tmp_path / "inc"), "-O0"), (), ("-O0",), len(BASE) + 2, "t")
+    assert PchStore(tmp_path / "pch").omp_shared("split", o0) is None
 
 
 def test_headers_of_an_older_release_or_another_toolchain_are_not_used(tmp_path: Path) -> None:
