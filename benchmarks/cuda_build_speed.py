@@ -12,7 +12,12 @@ nothing is cached):
 * ``full`` (``--full``): the same check with build mode ``torch``: the unsplit check of the source as written.
 * a kernel error (a syntax error in an extra kernel) in the first candidate, musaenv's check only.
 
-Precompiled headers and binding objects are built once per flag set before the timed runs (``warmup``, reported).
+The run uses a fresh cache (``--cache DIR`` to reuse one). Per candidate, before its timed runs: ``musaenv warmup``
+of its C++ flags (the ``types`` header and binding objects, once per installation; timed and reported, CPU of the
+builders), then one check of another copy (``warmup`` row: a new binding signature is compiled once), then the
+timed check. A background build a one-shot process leaves ends with it, so without the warm-up every check of a
+fresh cache would compile without a header. ``new key`` (first candidate only): the same check with ``-mavx2``
+added to its C++ flags, a key no header exists for (what a candidate with never-seen target options costs).
 CuPy: each kernel of the CuPy variants compiled by NVRTC through CuPy (cold first call, then warm), without a GPU.
 
 Usage: ``python benchmarks/cuda_build_speed.py [--full] [--candidates NAME ...] [--out out/cuda_build_speed.json]``.
@@ -129,6 +134,16 @@ def plain(kw: dict[str, Any], work: Path) -> dict[str, Any]:
     return _run(_PLAIN, [json.dumps(kw), str(build)], env)
 
 
+def _warm_headers(cflags: list[str]) -> dict[str, Any]:
+    """``musaenv warmup`` of one C++ flag set (types header and binding objects), wall and builders' CPU."""
+    from musaenv.build.warmup import warmup
+
+    before, t = _children_cpu(), time.perf_counter()
+    rows = warmup([tuple(cflags)], full=False, say=lambda line: None)
+    return {"wall_s": round(time.perf_counter() - t, 1), "cpu_s": round(_children_cpu() - before, 1),
+            "ok": all(r.get("ok") for r in rows)}  # fmt: skip
+
+
 def musaenv_check(kw: dict[str, Any], mode: str = "fast") -> dict[str, Any]:
     """musaenv's compile-only check in a fresh process, empty extension cache (warm precompiled headers)."""
     with tempfile.TemporaryDirectory(prefix="musaenv-cuda-bench-") as root:
@@ -189,7 +204,10 @@ def main() -> None:
     ap.add_argument("--out", default="out/cuda_build_speed.json")
     ap.add_argument("--no-error", dest="error", action="store_false", help="skip the kernel-error check")
     ap.add_argument("--candidates", nargs="*", default=list(CANDIDATES), choices=list(CANDIDATES))
+    ap.add_argument("--cache", help="musaenv cache dir to use (default: a fresh one)")
     args = ap.parse_args()
+    os.environ["MUSAENV_CACHE_DIR"] = args.cache or tempfile.mkdtemp(prefix="musaenv-cuda-bench-cache-")
+    print(f"cache {os.environ['MUSAENV_CACHE_DIR']}, load {os.getloadavg()}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tag = uuid.uuid4().hex[:8]
@@ -198,9 +216,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="musaenv-plain-cuda-") as work:
         for name in args.candidates:
             path = CANDIDATES[name]
-            warm = musaenv_check(load_inline_kwargs(path, f"{tag}w{name}"))
             kw = load_inline_kwargs(path, f"{tag}{name}")
-            row = {"warmup": warm, "musaenv": musaenv_check(kw), "load_inline": plain(kw, Path(work))}
+            headers = _warm_headers(list(kw.get("extra_cflags") or []))
+            warm = musaenv_check(load_inline_kwargs(path, f"{tag}w{name}"))
+            row = {
+                "headers": headers,
+                "warmup": warm,
+                "musaenv": musaenv_check(kw),
+                "load_inline": plain(kw, Path(work)),
+            }
+            if name == args.candidates[0]:
+                new_key = load_inline_kwargs(path, f"{tag}n{name}")
+                new_key["extra_cflags"] = [*(new_key.get("extra_cflags") or []), "-mavx2"]
+                row["new_key"] = musaenv_check(new_key)
+                row["new_key_load_inline"] = plain(new_key, Path(work))
             if args.full:
                 row["full"] = musaenv_check(load_inline_kwargs(path, f"{tag}f{name}"), mode="torch")
             results["candidates"][name] = row
@@ -211,6 +240,14 @@ def main() -> None:
                   f"musaenv {m.get('seconds', float('nan')):6.1f} s ({m['cpu_s']:5.1f} CPU s, {m.get('tier')}, "
                   f"ok={m.get('ok')}) | {ratio:4.1f}x wall, {cpu_ratio:4.1f}x CPU"
                   + (f" | full {row['full'].get('seconds', float('nan')):6.1f} s" if args.full else ""))  # fmt: skip
+            print(f"{'':18s} headers for {kw.get('extra_cflags')}: {headers['wall_s']:.0f} s "
+                  f"({headers['cpu_s']:.0f} CPU s) once; warm-up check {warm['cpu_s']:.1f} CPU s")  # fmt: skip
+            if "new_key" in row:
+                n, q = row["new_key"], row["new_key_load_inline"]
+                print(f"{'':18s} new key (+ -mavx2): load_inline {q.get('seconds', float('nan')):6.1f} s "
+                      f"({q['cpu_s']:5.1f} CPU s) | musaenv {n.get('seconds', float('nan')):6.1f} s "
+                      f"({n['cpu_s']:5.1f} CPU s, ok={n.get('ok')}) | "
+                      f"{q['cpu_s'] / max(n['cpu_s'], 1e-9):4.1f}x CPU")  # fmt: skip
             out.write_text(json.dumps(results, indent=1))  # after each candidate: a long run keeps what it measured
         if args.error and args.candidates:  # a kernel error in the first candidate: what a compile error costs
             kw = load_inline_kwargs(CANDIDATES[args.candidates[0]], f"{tag}e")

@@ -74,3 +74,19 @@ def test_builder_command_runs_the_builder(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "result.json").read_text())
     assert proc.returncode == 1 and not result["ok"] and result["infra"] and "refused its job" in result["log"]
     assert "confinement" in result
+
+
+def test_a_bind_item_also_computes_the_names_only_torch_extension_h_declares(tmp_path: Path, monkeypatch) -> None:
+    # The first compile error naming an undeclared identifier reads them instead of computing them (~2 s) while
+    # its verdict waits. The binding objects themselves (~15 s of CPU) are stood in for here.
+    from musaenv.build import bindobj
+    from musaenv.build.pch import torch_flags
+
+    monkeypatch.setattr(bindobj, "module_object", lambda flags, cache, steps: tmp_path / "module.o")
+    cache = tmp_path / "pch"
+    rows = warmup.run_items([{"kind": "bind", "extra_cflags": ["-O3"]}], cache)
+    assert rows[0]["ok"], rows
+    flags = torch_flags(cache, "musaenv_warmup", ["-O3"], [], [])
+    names = json.loads((cache / f"extension_only_names-{flags.bind_key()}.json").read_text())
+    assert "PYBIND11_MODULE" in names  # pybind11 is among the headers only torch/extension.h brings
+    assert not [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("tmp")]  # its scratch dir is gone
