@@ -11,12 +11,14 @@ separately cached objects.
 Everything here lives under ``<MUSAENV_CACHE_DIR>/pch``; torch's own ``use_pch`` writes into site-packages and
 deletes the file on every ``load_inline(use_pch=False)``, so it is not used.
 
-A precompiled header is only valid for some of the flags it was built with, so there is one per (header, key),
-the key being the flags a header depends on (:mod:`musaenv.build.flagkeys`: ``-O3 -DBLOCK=64`` and ``-O2``
-share one). Each is built once under an ``flock`` (released by the kernel when a builder dies, so a killed build
-never leaves a lock behind) and renamed into place atomically, never while a candidate's build waits
-(:meth:`PchStore.include_flags` only reads; warm-up and background builds call :meth:`PchStore.build`).
-~0.45 GB (types) or ~0.8 GB (extension) each; :data:`MAX_PCH_SETS` bounds how many keys get one.
+A precompiled header is only valid for some of the flags it was built with, so there is one per (header, key), the
+key being the toolchain and the flags a header depends on (:mod:`musaenv.build.flagkeys`: ``-O3 -DBLOCK=64``,
+``-O2`` and, once its text is checked, ``-O3 -fopenmp`` share one). GCC itself never notices that the headers a PCH
+was made from changed (tested), hence the toolchain in the key. Each is built once under an ``flock`` (released by
+the kernel when a builder dies, so a killed build never leaves a lock behind) and renamed into place atomically,
+never while a candidate's build waits (:meth:`PchStore.include_flags` only reads; warm-up and background builds call
+:meth:`PchStore.build`). ~0.45 GB (types) or ~0.8 GB (extension) each; :data:`MAX_PCH_SETS` bounds how many keys get
+one.
 """
 
 from __future__ import annotations
