@@ -150,10 +150,16 @@ def test_headers_of_an_older_release_or_another_toolchain_are_not_used(tmp_path:
     other = CompileFlags(a.cxx, a.cflags, a.ldflags, a.user, a.user_at, "torch 9.9|py3.11|x86_64|g++ 12")
     assert store._dir("split", other) != store._dir("split", a)  # GCC would use a stale header silently
     assert other.bind_key() != a.bind_key()
-    # an older release's header (no key.json) is removed when a header is built, and never counts as a set
+    # an older release's header (no key.json) never counts as a set, and is removed when a header is built
+    store = PchStore(tmp_path / "pch", max_sets={"split": 1})
     old = tmp_path / "pch" / "split-0123456789abcdef"
     old.mkdir(parents=True)
     (old / "musaenv_pch.h.gch").write_bytes(b"stand-in")
-    assert not store._full(store._dir("split", a), "split") or store.max_sets["split"] == 0
+    assert not store._full(store._dir("split", a), "split")
+    current = tmp_path / "pch" / "split-fedcba9876543210"
+    current.mkdir()
+    (current / "musaenv_pch.h.gch").write_bytes(b"stand-in")
+    (current / "key.json").write_text(json.dumps({"format": pch.PCH_FORMAT, "toolchain": "t"}))
+    assert store._full(store._dir("split", a), "split")  # one current set: the limit of 1 is reached
     store._drop_stale("split")
-    assert not old.exists()
+    assert not old.exists() and current.exists()
