@@ -372,9 +372,10 @@ class PchStore:
         """Decide once per installation whether the text of ``kind``'s header for the rest of ``flags`` depends
         on ``-fopenmp``/``-pthread``.
 
-        Shared only when the preprocessed header is the same text with and without them, holds no OpenMP pragma
-        (it would parse differently), and they define nothing but :data:`OMP_MACROS`. A failed check (a tool
-        that would not run) decides nothing: the headers stay keyed on those flags and the next build checks.
+        Shared only when the compiler is GCC (the only one whose header rules this was checked against), the
+        preprocessed header is the same text with and without them, it holds no OpenMP pragma (it would parse
+        differently), and they define nothing but :data:`OMP_MACROS`. A failed check (a tool that would not run)
+        decides nothing: the headers stay keyed on those flags and the next build checks.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         plain = self._plain_flags(flags)
@@ -400,7 +401,8 @@ class PchStore:
             _, name, value = [*line.split(" ", 2), ""][:3]
             macros[name] = value
         pragma = re.search(r"^\s*#\s*pragma\s+omp\b", base_text, re.MULTILINE)
-        shared = base_text == omp_text and pragma is None and set(macros) == set(OMP_MACROS) and bool(
+        gcc = "#define __GNUC__ " in base_macros and "#define __clang__ " not in base_macros  # rules checked for GCC
+        shared = gcc and base_text == omp_text and pragma is None and set(macros) == set(OMP_MACROS) and bool(
             set(base_macros.splitlines()) <= set(omp_defs.splitlines()))  # fmt: skip
         record = {"shared": shared, "macros": macros if shared else {}}
         path = self._omp_record(kind, flags)

@@ -163,3 +163,18 @@ def test_headers_of_an_older_release_or_another_toolchain_are_not_used(tmp_path:
     assert store._full(store._dir("split", a), "split")  # one current set: the limit of 1 is reached
     store._drop_stale("split")
     assert not old.exists() and current.exists()
+
+
+@needs_gxx
+def test_a_compiler_other_than_gcc_keeps_openmp_in_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sharing rests on GCC's header rules; a compiler that says it is clang is not trusted with them.
+    (tmp_path / "inc").mkdir()
+    (tmp_path / "inc" / "musaenv_test_h.h").write_text(HEADER)
+    monkeypatch.setitem(pch.HEADERS, "split", "musaenv_test_h.h")
+    user = ["-O3", "-fopenmp"]
+    flags = CompileFlags(("g++", "-D__clang__=1"), (*BASE, "-I", str(tmp_path / "inc"), *user), (), tuple(user),
+                         len(BASE) + 2, "t")  # fmt: skip
+    store = PchStore(tmp_path / "pch")
+    got = store.build("split", flags)
+    assert store.omp_shared("split", flags) is False
+    assert got is not None and "-U_OPENMP" not in got
