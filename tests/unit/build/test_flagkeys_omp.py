@@ -178,3 +178,12 @@ def test_a_compiler_other_than_gcc_keeps_openmp_in_the_key(tmp_path: Path, monke
     got = store.build("split", flags)
     assert store.omp_shared("split", flags) is False
     assert got is not None and "-U_OPENMP" not in got
+
+
+def test_a_check_that_cannot_run_decides_nothing(tmp_path: Path) -> None:
+    # The compiler does not run: no record is written (the next build checks again) and the headers stay keyed.
+    flags = CompileFlags(("false",), (*BASE, "-O3", "-fopenmp"), (), ("-O3", "-fopenmp"), len(BASE), "t")
+    store = PchStore(tmp_path / "pch")
+    assert store.build("split", flags) is None
+    assert store.omp_shared("split", flags) is None
+    assert not list((tmp_path / "pch").glob("omp-*.json"))
