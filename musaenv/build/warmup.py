@@ -102,10 +102,12 @@ def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[st
             # identifier does not compute them while its verdict waits (~2 s)
             with tempfile.TemporaryDirectory(dir=cache) as names_tmp:
                 built = built if extension_only_names(flags, cache, Path(names_tmp)) is not None else None
+            ready = False
         else:
+            ready = store.include_flags(kind, flags) is not None  # built before, or shared with flags keyed alike
             built = store.build(kind, flags)
         ok = built is not None
-        rows.append({"kind": kind, "extra_cflags": item.get("extra_cflags") or [], "ok": ok,
+        rows.append({"kind": kind, "extra_cflags": item.get("extra_cflags") or [], "ok": ok, "ready": ready,
                      "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
         if report:
             report(json.dumps(rows[-1]))
@@ -146,7 +148,10 @@ def warmup(
             report = None
         row = report.rows[0] if report and report.rows else {"kind": item["kind"], "ok": False}
         shutil.rmtree(tmp, ignore_errors=True)
-        say(f"        {'done' if row.get('ok') else 'FAILED'} in {row.get('seconds', 0):.1f} s")
+        if row.get("ok") and row.get("ready"):
+            say("        already there (built before, or the header of flags that key alike)")
+        else:
+            say(f"        {'done' if row.get('ok') else 'FAILED'} in {row.get('seconds', 0):.1f} s")
         rows.append(row)
     return rows
 
