@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -229,6 +230,7 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
     tmp.mkdir(parents=True, exist_ok=True)
     try:
         _write_job(tmp, spec, name=name, build_mode=mode, timeout_s=timeout_s)
+        _prime_flag_template()
         rc, over = _run_builder(tmp, timeout_s)
         seconds = time.perf_counter() - start
         result = _read_report(tmp)
@@ -264,6 +266,22 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prime_flag_template() -> None:
+    """Write torch's flag template (``flags-<toolchain>.json``) from this process when it has torch loaded already.
+
+    Otherwise a fresh install's first builder imports torch to ask for it (~1 s of its first build); later builds
+    read the file either way. Anything that goes wrong here is left to the builder, which reports it properly.
+    """
+    if "torch" not in sys.modules:
+        return
+    try:
+        from musaenv.build.pch import torch_flags
+
+        torch_flags(pch_cache_root(), "musaenv_template", (), (), ())
+    except Exception as e:  # only an optimisation: the builder computes the template itself
+        log.debug("flag template not written ahead: %s", e)
 
 
 def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
