@@ -49,6 +49,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 __all__ = [
+    "OMP_FLAG_TOKENS",
     "OMP_MACROS",
     "OMP_SHARED_FLAGS",
     "bind_key_flags",
@@ -126,6 +127,7 @@ def macro_name(tok: str) -> str | None:
 OMP_SHARED_FLAGS = ("-fopenmp", "-U_OPENMP", "-U_REENTRANT")
 OMP_MACROS = ("_OPENMP", "_REENTRANT")
 _OMP_FAMILIES = ("-fopenmp", "-pthread")
+OMP_FLAG_TOKENS = ("-fopenmp", "-fno-openmp", "-pthread")  # what a header's text is compared without
 
 
 def omp_macros(tokens: Sequence[str]) -> tuple[str, ...]:

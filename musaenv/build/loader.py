@@ -268,18 +268,23 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+_PRIMED: set[Path] = set()  # cache roots this process has written (or found) the template in
+
+
 def _prime_flag_template() -> None:
     """Write torch's flag template (``flags-<toolchain>.json``) from this process when it has torch loaded already.
 
     Otherwise a fresh install's first builder imports torch to ask for it (~1 s of its first build); later builds
     read the file either way. Anything that goes wrong here is left to the builder, which reports it properly.
     """
-    if "torch" not in sys.modules:
+    root = pch_cache_root()
+    if "torch" not in sys.modules or root in _PRIMED:
         return
     try:
         from musaenv.build.pch import torch_flags
 
-        torch_flags(pch_cache_root(), "musaenv_template", (), (), ())
+        torch_flags(root, "musaenv_template", (), (), ())
+        _PRIMED.add(root)
     except Exception as e:  # only an optimisation: the builder computes the template itself
         log.debug("flag template not written ahead: %s", e)
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from musaenv.build.flagkeys import (
+    OMP_FLAG_TOKENS,
     OMP_MACROS,
     bind_key_flags,
     macro_name,
@@ -67,7 +68,6 @@ HEADERS = {"full": "torch/extension.h", "split": "torch/types.h"}
 # Format of a header directory's key (2: keyed on the toolchain too; OpenMP-shared headers). Directories of
 # older formats are removed when a new header is built (:meth:`PchStore._drop_stale`).
 PCH_FORMAT = 2
-_OMP_FLAGS = ("-fopenmp", "-fno-openmp", "-pthread")
 
 _NAME_MARK = "musaenv_mark_name"
 _CFLAG_MARK = "-DMUSAENV_MARK_CFLAGS"
@@ -291,7 +291,7 @@ class PchStore:
 
     def _plain_flags(self, flags: CompileFlags) -> list[str]:
         """The flags of ``flags``' header without ``-fopenmp``/``-pthread`` (what the OpenMP check compares)."""
-        return [t for t in flags.pch_flags(self.sensitive_macros()) if t not in _OMP_FLAGS]
+        return [t for t in flags.pch_flags(self.sensitive_macros()) if t not in OMP_FLAG_TOKENS]
 
     def _omp_record(self, kind: str, flags: CompileFlags) -> Path:
         return self.root / f"omp-{kind}-{_digest([flags.toolchain, flags.cxx, self._plain_flags(flags)])}.json"

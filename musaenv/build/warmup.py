@@ -96,17 +96,16 @@ def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[st
         kind = str(item.get("kind"))
         flags = torch_flags(cache, "musaenv_warmup", item.get("extra_cflags") or (), (),
                             item.get("extra_include_paths") or ())  # fmt: skip
+        ready = False
         if kind == "bind":
-            built: object = module_object(flags, cache, [])
+            ok = module_object(flags, cache, []) is not None
             # and the names only torch/extension.h declares, so that the first compile error naming an undeclared
             # identifier does not compute them while its verdict waits (~2 s)
             with tempfile.TemporaryDirectory(dir=cache) as names_tmp:
-                built = built if extension_only_names(flags, cache, Path(names_tmp)) is not None else None
-            ready = False
+                ok = extension_only_names(flags, cache, Path(names_tmp)) is not None and ok
         else:
             ready = store.include_flags(kind, flags) is not None  # built before, or shared with flags keyed alike
-            built = store.build(kind, flags)
-        ok = built is not None
+            ok = store.build(kind, flags) is not None
         rows.append({"kind": kind, "extra_cflags": item.get("extra_cflags") or [], "ok": ok, "ready": ready,
                      "seconds": round(time.perf_counter() - t0, 1)})  # fmt: skip
         if report:
