@@ -262,7 +262,7 @@ def _build(
         _start(parts[0], tmp)  # nvcc runs while the precompiled header is looked up (or built)
         store = PchStore(cache, deadline=deadline)
         pch = store.include_flags("split", flags) or []
-        parts.append(_host_step(spec, flags, pch, cache, cuda_home))
+        parts.append(_host_step(spec, store.unit_flags("split", flags) if pch else flags, pch, cache, cuda_home))
         parts[1].cpu_limit_s = parts[0].cpu_limit_s
         _start(parts[1], tmp)
         linker = (

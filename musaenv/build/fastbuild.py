@@ -247,7 +247,8 @@ def _pch_tier(
         del store.wanted[asked:]
     src = tmp / "main.cpp"
     src.write_text(source + ("\n" + _binding_block(pairs) if pairs else ""))
-    rc, out, cmd = _compile(flags, pch or [], src, tmp / "main.o", tmp)
+    unit = store.unit_flags("full", flags) if pch else flags
+    rc, out, cmd = _compile(unit, pch or [], src, tmp / "main.o", tmp)
     steps.append({"step": "pch_compile" if pch else "compile", "rc": rc})
     if pch:
         store.check_used("full", flags, out)
@@ -330,7 +331,8 @@ def _split_tier(
         )
     user = tmp / "main.cpp"
     user.write_text(source + "\n".join(scaffold) + "\n")
-    rc, out, cmd = _compile(flags, ["-I", str(split_overlay(cache)), *(pch or [])], user, tmp / "main.o", tmp)
+    unit = store.unit_flags("split", flags) if pch else flags
+    rc, out, cmd = _compile(unit, ["-I", str(split_overlay(cache)), *(pch or [])], user, tmp / "main.o", tmp)
     steps.append({"step": "split_compile" if pch else "split_compile_no_pch", "rc": rc})
     if pch:
         store.check_used("split", flags, out)

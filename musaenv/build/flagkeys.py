@@ -12,7 +12,7 @@ about 3x slower than plain ``load_inline``. Most flags change none of those.
   (correct, only slower). So macros are left out of the key; a macro GCC has refused once joins the key from then
   on (:meth:`musaenv.build.pch.PchStore.sensitive_macros`).
 * *Optimisation levels* only matter through the macros they define: ``-O1``, ``-O2`` and ``-O3`` all define
-  ``__OPTIMIZE__`` and nothing else, and a header precompiled at ``-O2`` gives byte-identical code at ``-O3``
+  ``__OPTIMIZE__`` and nothing else, and a header precompiled at ``-O3`` gives byte-identical code at ``-O2``
   (tested); ``-O0`` (``__NO_INLINE__``), ``-Os``/``-Oz`` (``__OPTIMIZE_SIZE__``), ``-Og`` and ``-Ofast``
   (fast-math changes the target option ``-mieee-fp``) are classes of their own.
 * *Warnings* are left out: torch's headers are ``-isystem``, so their warnings are never shown either way.
@@ -33,6 +33,20 @@ about 3x slower than plain ``load_inline``. Most flags change none of those.
   that GCC accepts it for units with and without them. A unit with ``-fopenmp`` or ``-pthread`` undefines them on its
   command line and defines them again right after the header, as the compiler would have (:func:`omp_macros`): the
   same code as with a header of its own (tested).
+* *Instruction-set extensions* (``-mavx2``, ``-mfma``, ``-mavx512f``, ``-msse4.2``, ...: :func:`isa_flags`) are left
+  out of a kind's key when the header's text does not depend on them (checked once per installation, header and
+  set of extensions by :class:`musaenv.build.pch.PchStore`: the preprocessed header is the same text with and
+  without them, apart from the ``#pragma GCC push_options``/``target``/``pop_options`` lines GCC's intrinsic headers
+  wrap their code in when an extension is off). GCC refuses a header for any difference in them, so a unit with
+  them compiles *without* them on its command line, and includes right after the header ``#pragma GCC
+  target("avx2,fma")`` and the macros they define (``__AVX2__``, ``__FMA__``, ``__BIGGEST_ALIGNMENT__``...: GCC's
+  C++ front end does not define them for the pragma). Every function of the candidate's then has the extensions,
+  as on the command line (the same code, tested); the header's own inline functions keep the header's target, and
+  inline into the candidate's (their extensions are a subset). Only positive extensions: ``-march=``, ``-mtune=``,
+  ``-mno-...`` and ``-mprefer-vector-width=`` stay in the key (GCC does not inline across a different
+  architecture or tuning). And only for a unit whose optimisation options are its header's (``-O3``, no pass of
+  its own: after the pragma GCC takes them from the header, :func:`isa_flags`); that is why the ``-O1``..``-O3``
+  class's header is built at ``-O3``, the level most candidates ask for.
 * *Equivalent lists* key alike: of options of one family (``-O``, ``-std=``, ``-march=``, ``-fX``/``-fno-X``,
   ...) the last wins, as in GCC, duplicates go, and the order of the rest does not matter.
 
@@ -53,6 +67,9 @@ __all__ = [
     "OMP_MACROS",
     "OMP_SHARED_FLAGS",
     "bind_key_flags",
+    "isa_families",
+    "isa_flags",
+    "isa_pragma",
     "macro_name",
     "omp_macros",
     "omp_shareable",
@@ -64,7 +81,7 @@ __all__ = [
 ]
 
 # Representative of each optimisation class (the flag a shared header is built with); None: no -O at all.
-_OPT_CLASS = {"-O0": None, "-O": "-O2", "-O1": "-O2", "-O2": "-O2", "-O3": "-O2", "-Os": "-Os", "-Oz": "-Oz",
+_OPT_CLASS = {"-O0": None, "-O": "-O3", "-O1": "-O3", "-O2": "-O3", "-O3": "-O3", "-Os": "-Os", "-Oz": "-Oz",
               "-Og": "-Og", "-Ofast": "-Ofast"}  # fmt: skip
 _WARNING = re.compile(r"^(-W(?!l,|a,|p,).*|-w|-pedantic|-pedantic-errors)$")
 _MACRO = re.compile(r"^-[DU]([A-Za-z_]\w*)")
@@ -143,18 +160,55 @@ def omp_shareable(tokens: Sequence[str]) -> bool:
     return not any(macro_name(t) in OMP_MACROS for t in tokens)
 
 
+# x86 instruction-set extensions a unit can take by ``#pragma GCC target`` after a header made without them.
+_ISA = re.compile(r"^-m(avx\w*|fma4?|f16c|sse[\d.]*|ssse3|bmi2?|popcnt|lzcnt|amx-(tile|int8|bf16|fp16))$")
+
+
+def isa_flags(tokens: Sequence[str]) -> tuple[str, ...]:
+    """The instruction-set extensions a flag list can take by pragma (``-mavx2``, ``-mfma``...: the last of each
+    family, sorted); an extension turned off again later in the list (``-mavx2 -mno-avx2``) is not one of them.
+
+    None unless the list's optimisation options are exactly those its header is built with (its class's level,
+    no optimisation pass of its own): after ``#pragma GCC target`` GCC compiles the unit's functions with the
+    optimisation options saved in the precompiled header, not the command line's (measured: ``-funroll-loops``
+    or ``-O2`` on the unit's command line are then lost), so a unit takes its extensions by pragma only where the
+    two agree.
+    """
+    chosen = _last_of_each(tokens)
+    level = chosen.get("-O", "-O0")
+    if (_OPT_CLASS.get(level, level) or "-O0") != level or any(_CODEGEN_ONLY.match(tok) for tok in chosen.values()):
+        return ()
+    return tuple(sorted(tok for tok in chosen.values() if _ISA.match(tok)))
+
+
+def isa_families(tokens: Sequence[str]) -> set[str]:
+    """Every token of the families :func:`isa_flags` takes (``-mavx2`` and ``-mno-avx2`` alike): what a unit that
+    takes them by pragma leaves off its command line."""
+    families = {_family(tok) for tok in isa_flags(tokens)}
+    return {tok for tok in tokens if _family(tok) in families}
+
+
+def isa_pragma(isa: Sequence[str]) -> str:
+    """``#pragma GCC target`` for extensions as :func:`isa_flags` gives them."""
+    return '#pragma GCC target("' + ",".join(tok[2:] for tok in isa) + '")'
+
+
 def pch_key_flags(
-    tokens: Sequence[str], sensitive_macros: Iterable[str] = (), omp_shared: bool = False
+    tokens: Sequence[str], sensitive_macros: Iterable[str] = (), omp_shared: bool = False, isa_shared: bool = False
 ) -> tuple[str, ...]:
     """The candidate flags a precompiled header is built with (and keyed on); see the module docstring.
 
-    ``omp_shared``: the kind's header text does not depend on ``-fopenmp``/``-pthread`` (checked by the store).
+    ``omp_shared``: the kind's header text does not depend on ``-fopenmp``/``-pthread``; ``isa_shared``: nor on
+    the list's instruction-set extensions (both checked by the store).
     """
     keep_macros = set(sensitive_macros)
     shared = omp_shared and omp_shareable(tokens)
+    isa = set(isa_flags(tokens)) if isa_shared else set()
     out: list[str] = list(OMP_SHARED_FLAGS) if shared else []
     for fam, tok in _last_of_each(tokens).items():
         if fam == "-O" or _WARNING.match(tok) or _CODEGEN_ONLY.match(tok) or (shared and fam in _OMP_FAMILIES):
+            continue
+        if tok in isa:
             continue
         name = macro_name(tok)
         if name is not None and name not in keep_macros:

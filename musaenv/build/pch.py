@@ -13,10 +13,11 @@ deletes the file on every ``load_inline(use_pch=False)``, so it is not used.
 
 A precompiled header is only valid for some of the flags it was built with, so there is one per (header, key), the
 key being the toolchain and the flags a header depends on (:mod:`musaenv.build.flagkeys`: ``-O3 -DBLOCK=64``,
-``-O2`` and, once its text is checked, ``-O3 -fopenmp`` share one). GCC itself never notices that the headers a PCH
-was made from changed (tested), hence the toolchain in the key. Each is built once under an ``flock`` (released by
-the kernel when a builder dies, so a killed build never leaves a lock behind) and renamed into place atomically,
-never while a candidate's build waits (:meth:`PchStore.include_flags` only reads; warm-up and background builds call
+``-O2`` and, once its text is checked, ``-O3 -fopenmp`` and ``-O3 -mavx2 -mfma`` share one). GCC itself never
+notices that the headers a PCH was made from changed (tested), hence the toolchain in the key. Each is built once
+under an ``flock`` (released by the kernel when a builder dies, so a killed build never leaves a lock behind) and
+renamed into place atomically, never while a candidate's build waits (:meth:`PchStore.include_flags` builds none,
+at most it checks a header's text for a set of extensions, ~1 s; warm-up and background builds call
 :meth:`PchStore.build`). ~0.45 GB (types) or ~0.8 GB (extension) each; :data:`MAX_PCH_SETS` bounds how many keys get
 one.
 """
@@ -46,6 +47,9 @@ from musaenv.build.flagkeys import (
     OMP_FLAG_TOKENS,
     OMP_MACROS,
     bind_key_flags,
+    isa_families,
+    isa_flags,
+    isa_pragma,
     macro_name,
     omp_macros,
     omp_shareable,
@@ -65,11 +69,13 @@ PCH_TIMEOUT_S = 600.0
 # loaded 2-core CI machine took 88 s wall (torch/extension.h), and the candidate's own compile must still fit.
 PCH_MIN_BUDGET_S = 200.0
 HEADERS = {"full": "torch/extension.h", "split": "torch/types.h"}
-# Format of a header directory's key (2: keyed on the toolchain too; OpenMP-shared headers). Directories of
-# older formats are removed when a new header is built (:meth:`PchStore._drop_stale`).
-PCH_FORMAT = 2
+# Format of a header directory's key (2: keyed on the toolchain too; OpenMP-shared headers; 3: the -O1..-O3 class
+# built at -O3). Directories of older formats are removed when a new header is built (:meth:`PchStore._drop_stale`).
+PCH_FORMAT = 3
 
 _NAME_MARK = "musaenv_mark_name"
+# What GCC's intrinsic headers wrap their code in when an extension is off (the same code either way).
+_TARGET_PRAGMA = re.compile(rb"^\s*#\s*pragma\s+GCC\s+(push_options|pop_options|target\s*\(.*\))\s*$")
 _CFLAG_MARK = "-DMUSAENV_MARK_CFLAGS"
 _INCLUDE_MARK = "/musaenv_mark_include"
 _LDFLAG_MARK = "-Wl,--musaenv-mark-ldflags"
@@ -102,22 +108,40 @@ class CompileFlags:
         flags = (*self.cflags[:at], *user, *self.cflags[at + len(self.user) :])
         return tuple(f for f in flags if not f.startswith("-DTORCH_EXTENSION_NAME="))
 
-    def pch_flags(self, sensitive_macros: Sequence[str] = (), omp_shared: bool = False) -> tuple[str, ...]:
+    def pch_flags(
+        self, sensitive_macros: Sequence[str] = (), omp_shared: bool = False, isa_shared: bool = False
+    ) -> tuple[str, ...]:
         """The flags a precompiled header for this build is made with: torch's, and of the candidate's only those
         a header depends on (:func:`musaenv.build.flagkeys.pch_key_flags`); never the module name."""
-        return self._with_user(pch_key_flags(self.user, sensitive_macros, omp_shared))
+        return self._with_user(pch_key_flags(self.user, sensitive_macros, omp_shared, isa_shared))
+
+    def without(self, tokens: set[str]) -> CompileFlags:
+        """These flags less the candidate's ``tokens`` (a unit that takes its extensions by pragma instead)."""
+        at = self.user_at if self.user_at >= 0 else len(self.cflags)
+        user = tuple(t for t in self.user if t not in tokens)
+        cflags = (*self.cflags[:at], *user, *self.cflags[at + len(self.user) :])
+        return CompileFlags(self.cxx, cflags, self.ldflags, user, self.user_at, self.toolchain)
 
     def bind_flags(self) -> tuple[str, ...]:
         """The flags the binding objects are compiled with (:func:`musaenv.build.flagkeys.bind_key_flags`)."""
         return self._with_user(bind_key_flags(self.user))
 
-    def key(self, sensitive_macros: Sequence[str] = (), omp_shared: bool = False) -> str:
+    def key(self, sensitive_macros: Sequence[str] = (), omp_shared: bool = False, isa_shared: bool = False) -> str:
         """Content hash of the toolchain, the compiler and the flags a precompiled header depends on."""
-        return _digest([self.toolchain, self.cxx, self.pch_flags(sensitive_macros, omp_shared)])
+        return _digest([self.toolchain, self.cxx, self.pch_flags(sensitive_macros, omp_shared, isa_shared)])
 
     def bind_key(self) -> str:
         """Content hash of the toolchain, the compiler and the flags the binding objects depend on."""
         return _digest([self.toolchain, self.cxx, self.bind_flags(), "python.h"])
+
+
+def _format(d: Path) -> int:
+    """The format of a header directory (0: an older release's, from before the format was recorded)."""
+    try:
+        found = json.loads((d / "key.json").read_text()).get("format")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return found if isinstance(found, int) else 0
 
 
 def _current(d: Path) -> bool:
@@ -126,6 +150,23 @@ def _current(d: Path) -> bool:
         return json.loads((d / "key.json").read_text()).get("format") == PCH_FORMAT
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _macros(flags: CompileFlags, use: Sequence[str], cwd: Path) -> dict[str, str] | None:
+    """The compiler's predefined macros (name: value) for ``use``."""
+    try:
+        p = subprocess.run([*flags.cxx, *use, "-dM", "-E", "-x", "c++", "-"], input="", cwd=cwd, capture_output=True,
+                           text=True, timeout=PCH_TIMEOUT_S)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if p.returncode != 0:
+        return None
+    found = {}
+    for line in p.stdout.splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) >= 2 and parts[0] == "#define":
+            found[parts[1]] = parts[2] if len(parts) == 3 else ""
+    return found
 
 
 def _digest(value: Any) -> str:
@@ -278,6 +319,7 @@ class PchStore:
         self.wanted: list[str] = []
         self._macros: tuple[str, ...] | None = None
         self._omp: dict[str, dict[str, Any] | None] = {}
+        self._isa: dict[str, dict[str, Any] | None] = {}
 
     def sensitive_macros(self) -> tuple[str, ...]:
         """Macros GCC refused a header for (they are part of every header key from then on)."""
@@ -289,12 +331,118 @@ class PchStore:
                 self._macros = ()
         return self._macros
 
-    def _plain_flags(self, flags: CompileFlags) -> list[str]:
-        """The flags of ``flags``' header without ``-fopenmp``/``-pthread`` (what the OpenMP check compares)."""
-        return [t for t in flags.pch_flags(self.sensitive_macros()) if t not in OMP_FLAG_TOKENS]
+    def _plain_flags(self, flags: CompileFlags, isa_shared: bool) -> list[str]:
+        """The flags of ``flags``' header without ``-fopenmp``/``-pthread`` (what the OpenMP check compares) and,
+        when ``isa_shared``, without the instruction-set extensions the unit takes by pragma."""
+        return [t for t in flags.pch_flags(self.sensitive_macros(), isa_shared=isa_shared) if t not in OMP_FLAG_TOKENS]
 
     def _omp_record(self, kind: str, flags: CompileFlags) -> Path:
-        return self.root / f"omp-{kind}-{_digest([flags.toolchain, flags.cxx, self._plain_flags(flags)])}.json"
+        plain = self._plain_flags(flags, self.isa_shared(kind, flags) is True)
+        return self.root / f"omp-{kind}-{_digest([flags.toolchain, flags.cxx, plain])}.json"
+
+    def _isa_record(self, kind: str, flags: CompileFlags) -> Path:
+        name = _digest([flags.toolchain, flags.cxx, self._plain_flags(flags, True), isa_flags(flags.user)])
+        return self.root / f"isa-{kind}-{name}.json"
+
+    def isa_shared(self, kind: str, flags: CompileFlags) -> bool | None:
+        """Whether ``kind``'s header for the rest of ``flags`` serves them with their instruction-set extensions
+        taken by pragma (:func:`musaenv.build.flagkeys.isa_flags`); ``False`` when they have none, ``None`` until
+        checked (:meth:`check_isa`, once per installation, header and set of extensions)."""
+        if not isa_flags(flags.user):
+            return False
+        path = self._isa_record(kind, flags)
+        if path.name not in self._isa:
+            try:
+                found = json.loads(path.read_text())
+                ok = isinstance(found, dict) and isinstance(found.get("shared"), bool)
+                self._isa[path.name] = found if ok else None
+            except (OSError, ValueError):
+                self._isa[path.name] = None
+        found = self._isa[path.name]
+        return None if found is None else bool(found["shared"])
+
+    def unit_flags(self, kind: str, flags: CompileFlags) -> CompileFlags:
+        """The flags a unit using ``kind``'s header for ``flags`` is compiled with: without the extensions it takes
+        by pragma, when it does (GCC refuses the header for any difference in them on the command line)."""
+        return flags.without(isa_families(flags.user)) if self.isa_shared(kind, flags) else flags
+
+    def _isa_header(self, kind: str, flags: CompileFlags) -> tuple[Path, str] | None:
+        record = self._isa.get(self._isa_record(kind, flags).name) or {}
+        if not record.get("shared"):
+            return None
+        lines = [isa_pragma(isa_flags(flags.user))]
+        for name, value in sorted(record.get("define", {}).items()):
+            lines += [f"#undef {name}", f"#define {name} {value}".rstrip()]
+        lines += [f"#undef {name}" for name in sorted(record.get("undef", []))]
+        return self._isa_record(kind, flags).with_suffix(".h"), "\n".join(lines) + "\n"
+
+    def check_isa(self, kind: str, flags: CompileFlags) -> bool | None:
+        """Decide once per installation, header and set of extensions whether the text of ``kind``'s header for
+        the rest of ``flags`` depends on their instruction-set extensions; the decision, or ``None`` when a tool
+        would not run (nothing is recorded: the next build checks).
+
+        Shared only for GCC (the compiler whose pragma and header rules this was checked against) when the
+        preprocessed header is the same text with and without them, but for the ``#pragma GCC push_options`` /
+        ``target`` / ``pop_options`` lines of GCC's intrinsic headers (their code is the same either way: each
+        intrinsic carries its own target). Two preprocessings of the header (~1 s of CPU each) and none of a
+        header build, so a candidate's build may check inline (:mod:`musaenv.build.fastbuild`).
+        """
+        isa = isa_flags(flags.user)
+        if not isa:
+            return False
+        self.root.mkdir(parents=True, exist_ok=True)
+        plain = self._plain_flags(flags, True)
+        texts = [self._text(kind, flags, plain), self._text(kind, flags, [*plain, *isa])]
+        macros = [_macros(flags, plain, self.root), _macros(flags, [*plain, *isa], self.root)]
+        if None in texts or None in macros:
+            return None
+        base, with_isa = macros[0] or {}, macros[1] or {}
+        gcc = "__GNUC__" in base and "__clang__" not in base
+        shared = gcc and texts[0] == texts[1]
+        record = {
+            "shared": shared,
+            "define": {k: v for k, v in with_isa.items() if base.get(k) != v} if shared else {},
+            "undef": sorted(set(base) - set(with_isa)) if shared else [],
+        }
+        path = self._isa_record(kind, flags)
+        self._isa[path.name] = record
+        made = self._isa_header(kind, flags)
+        if made is not None:
+            part = made[0].with_name(f".{made[0].name}.{unique_suffix()}")
+            part.write_text(made[1])
+            os.replace(part, made[0])
+        part = path.with_name(f".{path.name}.{unique_suffix()}")
+        part.write_text(json.dumps(record))
+        os.replace(part, path)
+        log.info("%s headers %s %s", kind, "shared across" if shared else "keyed on", " ".join(isa))
+        return shared
+
+    def _text(self, kind: str, flags: CompileFlags, use: Sequence[str]) -> str | None:
+        """Digest of ``kind``'s header preprocessed with ``use``, less the target pragmas of intrinsic headers (the
+        base flags' digest is kept in the store: it is the same for every set of extensions)."""
+        memo = self.root / f"text-{kind}-{_digest([flags.toolchain, flags.cxx, list(use)])}.json"
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            return str(json.loads(memo.read_text())["sha256"])
+        out = self.root / f".text.{unique_suffix()}.i"
+        try:
+            p = subprocess.run([*flags.cxx, *use, "-E", "-P", "-x", "c++", "-", "-o", str(out)],
+                               input=f"#include <{HEADERS[kind]}>\n", cwd=self.root, capture_output=True, text=True,
+                               timeout=PCH_TIMEOUT_S)  # fmt: skip
+            if p.returncode != 0:
+                return None
+            digest = hashlib.sha256()
+            with out.open("rb") as f:
+                for line in f:
+                    if not _TARGET_PRAGMA.match(line):
+                        digest.update(line)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        finally:
+            out.unlink(missing_ok=True)
+        part = memo.with_name(f".{memo.name}.{unique_suffix()}")
+        part.write_text(json.dumps({"sha256": digest.hexdigest()}))
+        os.replace(part, memo)
+        return digest.hexdigest()
 
     def omp_shared(self, kind: str, flags: CompileFlags) -> bool | None:
         """Whether ``kind``'s header for ``flags`` serves units with and without ``-fopenmp``/``-pthread`` alike
@@ -312,7 +460,8 @@ class PchStore:
         return None if found is None else bool(found["shared"])
 
     def _dir(self, kind: str, flags: CompileFlags) -> Path:
-        return self.root / f"{kind}-{flags.key(self.sensitive_macros(), self.omp_shared(kind, flags) is True)}"
+        isa = self.isa_shared(kind, flags) is True
+        return self.root / f"{kind}-{flags.key(self.sensitive_macros(), self.omp_shared(kind, flags) is True, isa)}"
 
     def _ready(self, kind: str, d: Path, flags: CompileFlags) -> list[str] | None:
         if not (d / "musaenv_pch.h.gch").exists() or (d / "failed.json").exists():
@@ -327,6 +476,14 @@ class PchStore:
             except OSError:
                 return None
             use = [*(f"-U{m}" for m in restore), *use, "-include", str(path)]
+        made = self._isa_header(kind, flags) if self.isa_shared(kind, flags) else None
+        if made is not None:  # the extensions the unit leaves off its command line (unit_flags), by pragma
+            try:
+                if made[0].read_text() != made[1]:
+                    return None
+            except OSError:
+                return None
+            use = [*use, "-include", str(made[0])]
         return use
 
     def _restore_header(self, kind: str, d: Path, flags: CompileFlags, names: Sequence[str]) -> tuple[Path, str]:
@@ -336,10 +493,17 @@ class PchStore:
         return d / f"musaenv_restore_{'_'.join(n.strip('_').lower() for n in names)}.h", text
 
     def include_flags(self, kind: str, flags: CompileFlags) -> list[str] | None:
-        """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``split``); never builds one.
+        """``-include`` flags of a ready PCH for ``kind`` (``full`` or ``split``); never builds one. A unit using
+        it is compiled with :meth:`unit_flags`.
 
-        A missing header is added to :attr:`wanted` (``None`` is returned: compile without it).
+        A missing header is added to :attr:`wanted` (``None`` is returned: compile without it). Extensions never
+        checked against a header that is ready for the rest of the flags are checked here (:meth:`check_isa`,
+        ~1 s of CPU, instead of compiling without a header for ~5 s more).
         """
+        if self.isa_shared(kind, flags) is None:
+            rest = flags.without(isa_families(flags.user))
+            if self._ready(kind, self._dir(kind, rest), rest) is not None:
+                self.check_isa(kind, flags)
         d = self._dir(kind, flags)
         ready = self._ready(kind, d, flags)
         if ready is None and not (d / "failed.json").exists() and not self._full(d, kind):
@@ -351,6 +515,8 @@ class PchStore:
 
         Returns ``None`` when no header can be had (failed before, too many flag sets, or the build failed).
         """
+        if self.isa_shared(kind, flags) is None:
+            self.check_isa(kind, flags)
         if self.omp_shared(kind, flags) is None:
             self._check_omp(kind, flags)
         d = self._dir(kind, flags)
@@ -378,7 +544,7 @@ class PchStore:
         decides nothing: the headers stay keyed on those flags and the next build checks.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        plain = self._plain_flags(flags)
+        plain = self._plain_flags(flags, self.isa_shared(kind, flags) is True)
         src = f"#include <{HEADERS[kind]}>\n"
 
         def run(extra: list[str], *what: str) -> str | None:
@@ -420,10 +586,10 @@ class PchStore:
         return d.name not in sets and len(sets) >= self.max_sets.get(kind, 0)
 
     def _drop_stale(self, kind: str) -> None:
-        """Remove headers an older release made (keyed without the toolchain): nothing uses them any more, and
+        """Remove headers an older release made (an older :data:`PCH_FORMAT`): nothing uses them any more, and
         they must not count against :data:`MAX_PCH_SETS`. Headers of other toolchains sharing the cache stay."""
         for p in self.root.glob(f"{kind}-*"):
-            if p.is_dir() and (p / "musaenv_pch.h.gch").exists() and not (p / "key.json").exists():
+            if p.is_dir() and (p / "musaenv_pch.h.gch").exists() and _format(p) < PCH_FORMAT:
                 log.info("removing precompiled header %s of an older release", p.name)
                 shutil.rmtree(p, ignore_errors=True)
 
@@ -433,7 +599,7 @@ class PchStore:
         tmp_out = d / f".musaenv_pch.h.gch.{unique_suffix()}"
         start = time.perf_counter()
         shared = self.omp_shared(kind, flags) is True
-        key_flags = flags.pch_flags(self.sensitive_macros(), shared)
+        key_flags = flags.pch_flags(self.sensitive_macros(), shared, self.isa_shared(kind, flags) is True)
         cmd = [*flags.cxx, "-x", "c++-header", str(header), "-o", str(tmp_out), *key_flags]
         if shared:  # what a unit with -fopenmp or -pthread defines again right after the header (see _ready)
             for names in (OMP_MACROS, ("_REENTRANT",)):
@@ -468,6 +634,15 @@ class PchStore:
             log.info("precompiled header %s depends on macro(s) %s; they now key the headers", kind, sorted(names))
             return
         d = self._dir(kind, flags)
+        if self.isa_shared(kind, flags):  # refused for the extensions taken by pragma: they key the headers again
+            path = self._isa_record(kind, flags)
+            log.warning("precompiled header %s refused with %s by pragma: %s", d.name, isa_flags(flags.user), lines[:3])
+            self._isa[path.name] = {"shared": False, "define": {}, "undef": []}
+            with contextlib.suppress(OSError):
+                part = path.with_name(f".{path.name}.{unique_suffix()}")
+                part.write_text(json.dumps(self._isa[path.name]))
+                os.replace(part, path)
+            return
         log.warning("precompiled header %s refused by the compiler, retiring it: %s", d.name, lines[:3])
         with contextlib.suppress(OSError):
             (d / "failed.json").write_text(json.dumps({"log": compiler_output[-4000:]}))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,64 @@ def test_an_openmp_candidate_uses_the_header_of_its_other_flags(tmp_path) -> Non
     assert info // 1000 == int(_macro("_OPENMP")) and info % 1000 >= 1  # the compiler's own _OPENMP; a team ran
     syms = subprocess.run(["nm", "-D", str(res.so_path)], capture_output=True, text=True, check=True).stdout
     assert "GOMP_parallel" in syms  # the loops really are OpenMP regions
+
+
+ISA_CPP = r"""
+#include <torch/extension.h>
+#include <immintrin.h>
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error the candidate does not see the extensions it asked for
+#endif
+torch::Tensor axpy(torch::Tensor x, torch::Tensor y, double a) {
+  auto out = torch::empty_like(x);
+  const float* px = x.data_ptr<float>(); const float* py = y.data_ptr<float>(); float* po = out.data_ptr<float>();
+  const int64_t n = x.numel();
+  const __m256 va = _mm256_set1_ps(float(a));
+  int64_t i = 0;
+  #pragma omp parallel for
+  for (int64_t j = 0; j < n / 8; ++j)
+    _mm256_storeu_ps(po + 8 * j, _mm256_fmadd_ps(va, _mm256_loadu_ps(px + 8 * j), _mm256_loadu_ps(py + 8 * j)));
+  for (i = n / 8 * 8; i < n; ++i) po[i] = float(a) * px[i] + py[i];
+  return out;
+}
+"""
+ISA_CHECK = """
+import importlib.util, sys, torch
+spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+x, y = torch.randn(4099), torch.randn(4099)
+torch.testing.assert_close(m.axpy(x, y, 1.5), 1.5 * x + y)
+"""
+
+
+def _has_avx2_fma() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx2" in flags and " fma" in flags
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("openmp", [False, True])
+def test_a_candidate_with_extensions_uses_the_header_of_its_other_flags(tmp_path, openmp: bool) -> None:
+    assert all(r.get("ok") for r in warmup([("-O3",)], full=False, say=lambda line: None))
+    user = ["-O3", "-mavx2", "-mfma", *(["-fopenmp"] if openmp else [])]
+    flags = torch_flags(pch_cache_root(), "musaenv_test", user, [], [])
+    store = PchStore(pch_cache_root())
+    if store.include_flags("split", flags) is None or not store.isa_shared("split", flags):
+        pytest.skip("torch/types.h of this torch (or this compiler) keeps the extensions in the key")
+    plain = torch_flags(pch_cache_root(), "musaenv_test", ["-O3"], [], [])
+    assert store._dir("split", flags) == store._dir("split", plain)  # -O3's header serves it
+    spec = BuildSpec.from_load_inline({"cpp_sources": ISA_CPP + f"// {uuid.uuid4().hex}\n", "functions": ["axpy"],
+                                       "extra_cflags": user}, "cpu")  # fmt: skip
+    res = build_extension(spec, timeout_s=600)
+    assert res.ok, res.log
+    steps = [s.get("step") for s in res.extra.get("steps", [])]
+    assert res.extra.get("tier") == "split" and "split_compile" in steps, steps  # with the header, not without
+    dis = subprocess.run(["objdump", "-d", str(res.so_path)], capture_output=True, text=True, check=True).stdout
+    assert "vfmadd" in dis  # the candidate's code has the extensions
+    if _has_avx2_fma():
+        out = subprocess.run([sys.executable, "-c", ISA_CHECK, str(res.so_path), res.name], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
