@@ -6,7 +6,8 @@
    candidate pays for the binding objects; a flag set never seen compiles without a header (built in the
    background for the next one).
 2. ``musaenv warmup`` (timed), then the same flag mix again (*cached flags*) and flag lists warm-up never saw but
-   that key alike (``-O3 -DBLOCK=128 -funroll-loops``) or do not (``-O3 -mavx2 -mfma``).
+   that key alike (``-O3 -DBLOCK=128 -funroll-loops``), that take their extensions by pragma after ``-O3``'s header
+   (``-O3 -mavx2 -mfma``, ``-O3 -mavx512f``) or that do not (``-O3 -ffast-math``: a key of its own).
 3. *Compile errors*: a syntax error against plain ``load_inline`` of it, and an undeclared name against a success
    of the same flags built right after it.
 4. *Evaluations per minute* on a verdict mix (a third each: compile error, incorrect, correct): musaenv's pool
@@ -45,7 +46,9 @@ CACHED = (
     ["-O3", "-fopenmp"],
     ["-O3", "-DBLOCK=128", "-funroll-loops"],
     ["-O2", "-fopenmp", "-DTILE=32"],
-    ["-O3", "-mavx2", "-mfma"],
+    ["-O3", "-mavx2", "-mfma"],  # extensions: -O3's header by pragma, once its text is checked (inline, first sight)
+    ["-O3", "-mavx512f"],  # more extensions: the check's preprocessing of -O3's header is kept, one more to run
+    ["-O3", "-ffast-math"],  # a key of its own: compiled without a header, its header built in the background
 )
 WARM = (("-O3",), ("-O3", "-fopenmp"))  # the common sets this run warms (``musaenv warmup`` does five)
 _PLAIN = """
