@@ -97,11 +97,6 @@ def _read_ref(path: Path) -> Path | None:
     return obj if obj.exists() else None
 
 
-def module_ready(flags: CompileFlags, cache: Path) -> bool:
-    """True when the generic module object of these flags' binding key is built (:func:`module_object`)."""
-    return (cache / "bind" / flags.bind_key() / "module.o").exists()
-
-
 def module_object(flags: CompileFlags, cache: Path, steps: list[dict[str, Any]]) -> Path | None:
     """The generic ``PYBIND11_MODULE`` object (with the common ``def_`` functions) of these flags, built once."""
     d = cache / "bind" / flags.bind_key()

@@ -241,6 +241,6 @@ def first_use_note() -> str | None:
     """A line for the CLI when this cache has built no C++ yet (what the first build does once, and why)."""
     if any((pch_cache_root() / "bind").glob("*/module.o")):
         return None
-    return ("first C++ build in this cache: compiled as load_inline compiles it; the pybind11 binding objects "
-            "(~15 s of CPU) and precompiled headers for its flags, then for the common flag sets, follow in the "
-            "background at low priority (`musaenv warmup` prepares them ahead)")  # fmt: skip
+    return ("first C++ build in this cache: the pybind11 binding objects every later build links (~20 s of CPU) "
+            "compile beside the candidate's code, once; precompiled headers for its flags, then for the common flag "
+            "sets, follow in the background at low priority (`musaenv warmup` prepares them ahead)")  # fmt: skip

@@ -36,8 +36,8 @@ def _spec(cuda: str = KB_ADD, cpp: str = DECL) -> tuple[dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def bound() -> None:
-    """The binding objects every cache has after its first C++ build (which itself compiles as load_inline does,
-    leaving them to the background: :func:`musaenv.build.fastbuild.fast_build`)."""
+    """The binding objects every cache has after its first C++ build (which compiles them beside its own unit:
+    :func:`musaenv.build.fastbuild.fast_build`)."""
     cache = pch_cache_root()
     assert module_object(torch_flags(cache, "musaenv_test", [], [], []), cache, []) is not None
 
