@@ -43,7 +43,7 @@ from musaenv.build.cuda_compile import (
 )
 from musaenv.build.cuda_link import judge_link, link_plan
 from musaenv.build.cuda_split import DEVICE_FILE, DEVICE_ORIGIN, CudaSplit, flags_allow_split, split_cuda
-from musaenv.build.fastbuild import fast_build, linking_with, split_overlay
+from musaenv.build.fastbuild import fast_build, isa_pragma_safe, linking_with, split_overlay
 from musaenv.build.pch import CompileFlags, PchStore, torch_flags
 from musaenv.isolation.limits import backstop_s
 
@@ -260,7 +260,7 @@ def _build(
     parts[0].cpu_limit_s = float(spec.get("timeout_s") or 300)
     try:
         _start(parts[0], tmp)  # nvcc runs while the precompiled header is looked up (or built)
-        store = PchStore(cache, deadline=deadline)
+        store = PchStore(cache, deadline=deadline, isa_by_pragma=isa_pragma_safe(split.host))
         pch = store.include_flags("split", flags) or []
         parts.append(_host_step(spec, store.unit_flags("split", flags) if pch else flags, pch, cache, cuda_home))
         parts[1].cpu_limit_s = parts[0].cpu_limit_s

@@ -57,7 +57,7 @@ from musaenv.build.flagkeys import strip_refusals
 from musaenv.build.header_names import extension_only_names, names_in_quotes
 from musaenv.build.pch import CompileFlags, PchStore, run_tool, torch_flags, unique_suffix
 
-__all__ = ["FastResult", "fast_build", "linking_with", "split_overlay"]
+__all__ = ["FastResult", "fast_build", "isa_pragma_safe", "linking_with", "split_overlay"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,11 @@ _NEEDS_PYTHON = re.compile(
     r"|wrap_pybind_function|HANDLE_TH_ERRORS"
 )
 _IDENT = re.compile(r"^[A-Za-z_]\w*(::[A-Za-z_]\w*)*$")
+# What makes a unit's instruction-set extensions by pragma (pch.PchStore.isa_shared) differ from the same flags on
+# its command line: the source resets or multiversions the target, or (in the log) a function GCC made itself
+# (the initialiser of a namespace-scope variable) kept the header's target and could not inline an intrinsic.
+_ISA_UNSAFE = re.compile(r"reset_options|target_clones|target\s*\(\s*\"default\"")
+_ISA_ARTEFACT = re.compile(r"target specific option mismatch|without AVX\w* enabled changes the ABI")
 _SIG_SYMBOL = re.compile(r"^void musaenv_sig_<(\d+), (.+)>\(\)$")
 _TYPE_WORD = re.compile(r"[A-Za-z_][\w:]*")
 _BUILTIN_WORDS = {"long", "int", "short", "char", "bool", "double", "float", "void", "unsigned", "signed", "const",
@@ -203,9 +208,34 @@ def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: st
     except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
         log.warning("fast build unavailable, using load_inline: %s", e)
         return None
-    store = PchStore(cache)
-    store.sweep()
     source, pairs = _main_cpp(spec)
+    store = PchStore(cache, isa_by_pragma=isa_pragma_safe(source))
+    store.sweep()
+    res = _tiers(flags, store, source, pairs, name, tmp, cache, mode, spec)
+    if not res.ok and _BY_PRAGMA in res.steps and _ISA_ARTEFACT.search(res.log):
+        # the pragma's doing, not the candidate's: the real flags on the command line decide (without a header)
+        log.info("%s: extensions by pragma failed where the command line may not; building with the flags", name)
+        again = PchStore(cache, isa_by_pragma=False)
+        res = _tiers(flags, again, source, pairs, name, tmp, cache, mode, spec)
+        store.wanted += again.wanted
+    res.wanted = list(dict.fromkeys(store.wanted))
+    return res
+
+
+_BY_PRAGMA = {"step": "isa_by_pragma"}
+
+
+def isa_pragma_safe(source: str) -> bool:
+    """Whether a unit of ``source`` may take its instruction-set extensions by ``#pragma GCC target`` after its
+    header (it neither resets the target options nor multiversions functions, whose ``default`` is the command
+    line's target)."""
+    return _ISA_UNSAFE.search(source) is None
+
+
+def _tiers(
+    flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
+    cache: Path, mode: str, spec: dict[str, Any],
+) -> FastResult:  # fmt: skip
     steps: list[dict[str, Any]] = []
     res: FastResult | None = None
     if mode == "fast" and _split_eligible(spec, source, pairs):
@@ -218,7 +248,6 @@ def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: st
             log.warning("split build unavailable: %s", e)
     if res is None:
         res = _pch_tier(flags, store, source, pairs, name, tmp, steps)
-    res.wanted = list(dict.fromkeys(store.wanted))
     return res
 
 
@@ -238,6 +267,8 @@ def _pch_tier(
     src = tmp / "main.cpp"
     src.write_text(source + ("\n" + _binding_block(pairs) if pairs else ""))
     unit = store.unit_flags("full", flags) if pch else flags
+    if unit is not flags:
+        steps.append(_BY_PRAGMA)
     rc, out, cmd = _compile(unit, pch or [], src, tmp / "main.o", tmp)
     steps.append({"step": "pch_compile" if pch else "compile", "rc": rc})
     if pch:
@@ -322,6 +353,8 @@ def _split_tier(
     user = tmp / "main.cpp"
     user.write_text(source + "\n".join(scaffold) + "\n")
     unit = store.unit_flags("split", flags) if pch else flags
+    if unit is not flags:
+        steps.append(_BY_PRAGMA)
     rc, out, cmd = _compile(unit, ["-I", str(split_overlay(cache)), *(pch or [])], user, tmp / "main.o", tmp)
     steps.append({"step": "split_compile" if pch else "split_compile_no_pch", "rc": rc})
     if pch:

@@ -310,10 +310,16 @@ class PchStore:
         max_sets: At most this many flag sets per kind get headers (default :data:`MAX_PCH_SETS`).
         deadline: ``time.monotonic()`` by which the current build must end; :meth:`build` starts a missing
             header only when at least :data:`PCH_MIN_BUDGET_S` remain (``None``: no limit).
+        isa_by_pragma: Units may take their instruction-set extensions by pragma (:meth:`isa_shared`); ``False``
+            for a source the pragma could change (:func:`musaenv.build.fastbuild.isa_pragma_safe`).
     """
 
-    def __init__(self, root: Path, max_sets: dict[str, int] | None = None, deadline: float | None = None) -> None:
+    def __init__(
+        self, root: Path, max_sets: dict[str, int] | None = None, deadline: float | None = None,
+        isa_by_pragma: bool = True,
+    ) -> None:  # fmt: skip
         self.root = root
+        self.isa_by_pragma = isa_by_pragma
         self.max_sets = max_sets or MAX_PCH_SETS
         self.deadline = deadline
         self.wanted: list[str] = []
@@ -348,7 +354,7 @@ class PchStore:
         """Whether ``kind``'s header for the rest of ``flags`` serves them with their instruction-set extensions
         taken by pragma (:func:`musaenv.build.flagkeys.isa_flags`); ``False`` when they have none, ``None`` until
         checked (:meth:`check_isa`, once per installation, header and set of extensions)."""
-        if not isa_flags(flags.user):
+        if not isa_flags(flags.user) or not self.isa_by_pragma:
             return False
         path = self._isa_record(kind, flags)
         if path.name not in self._isa:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from musaenv.build import pch
+from musaenv.build.fastbuild import _ISA_ARTEFACT, isa_pragma_safe
 from musaenv.build.flagkeys import isa_families, isa_flags, isa_pragma, pch_key_flags, refusal
 from musaenv.build.pch import CompileFlags, PchStore
 
@@ -175,3 +176,28 @@ def test_a_check_that_cannot_run_decides_nothing(tmp_path: Path) -> None:
     assert store.check_isa("split", flags) is None
     assert store.isa_shared("split", flags) is None
     assert not list((tmp_path / "pch").glob("isa-*.json"))
+
+
+def test_sources_the_pragma_could_change_keep_their_extensions_on_the_command_line() -> None:
+    assert isa_pragma_safe('void f() {}\n#pragma GCC target("avx512f")\nvoid g() {}\n')  # its own target: fine
+    for unsafe in ('#pragma GCC reset_options\n', '__attribute__((target_clones("avx2", "default"))) void f();',
+                   '__attribute__((target ( "default" ))) int f() { return 0; }'):  # fmt: skip
+        assert not isa_pragma_safe(unsafe), unsafe
+    store = PchStore(Path("/nonexistent"), isa_by_pragma=False)
+    assert store.isa_shared("split", _store_flags(Path("/nonexistent"), USER_FLAGS)) is False
+
+
+@needs_gxx
+def test_gcc_s_own_initialiser_keeps_the_header_s_target(tmp_path: Path) -> None:
+    # Why the fast build retries such a failure with the real flags: a namespace-scope AVX initialiser runs in a
+    # function GCC makes at the end of the unit, with the target of the command line, not the pragma's.
+    (tmp_path / "h.h").write_text(HEADER)
+    _gxx([*BASE, "-O3", "-x", "c++-header", "h.h", "-o", "h.h.gch"], tmp_path)
+    (tmp_path / "isa.h").write_text(isa_pragma(("-mavx2", "-mfma")) + "\n#define __AVX2__ 1\n#define __FMA__ 1\n")
+    unit = "static const __m256 ones = _mm256_set1_ps(1.0f);\n"
+    unit += "float first() { float o[8]; _mm256_storeu_ps(o, ones); return o[0]; }\n"
+    (tmp_path / "g.cpp").write_text(unit)
+    cmd = ["g++", *BASE, "-O3", "-Winvalid-pch", "-include", "h.h", "-include", "isa.h", "-c", "g.cpp"]
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode != 0 and _ISA_ARTEFACT.search(p.stderr), p.stderr[-800:]
+    _gxx([*BASE, *USER_FLAGS, "-include", "h.h", "-c", "g.cpp", "-o", "real.o"], tmp_path)  # the real flags build

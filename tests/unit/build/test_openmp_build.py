@@ -147,3 +147,24 @@ def test_a_candidate_with_extensions_uses_the_header_of_its_other_flags(tmp_path
         out = subprocess.run([sys.executable, "-c", ISA_CHECK, str(res.so_path), res.name], capture_output=True,
                              text=True, timeout=120)  # fmt: skip
         assert out.returncode == 0, out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_an_avx_initialiser_the_pragma_cannot_compile_builds_with_the_real_flags(tmp_path) -> None:
+    # GCC compiles a namespace-scope initialiser in a function of its own with the command line's target: under the
+    # pragma it cannot inline the intrinsic. The fast build sees that the pragma failed, and the real flags decide.
+    assert all(r.get("ok") for r in warmup([("-O3",)], full=False, say=lambda line: None))
+    user = ["-O3", "-mavx2", "-mfma"]
+    flags = torch_flags(pch_cache_root(), "musaenv_test", user, [], [])
+    store = PchStore(pch_cache_root())
+    if store.include_flags("split", flags) is None or not store.isa_shared("split", flags):
+        pytest.skip("torch/types.h of this torch (or this compiler) keeps the extensions in the key")
+    source = ISA_CPP.replace(
+        "torch::Tensor axpy(", "static const __m256 musaenv_half = _mm256_set1_ps(0.5f);\ntorch::Tensor axpy(", 1
+    )
+    spec = BuildSpec.from_load_inline({"cpp_sources": source + f"// {uuid.uuid4().hex}\n", "functions": ["axpy"],
+                                       "extra_cflags": user}, "cpu")  # fmt: skip
+    res = build_extension(spec, timeout_s=600)
+    assert res.ok, res.log
+    steps = [s.get("step") for s in res.extra.get("steps", [])]
+    assert "isa_by_pragma" not in steps and "split_compile_no_pch" in steps, steps  # the retry, with the real flags
