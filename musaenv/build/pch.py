@@ -525,6 +525,9 @@ class PchStore:
             self.check_isa(kind, flags)
         if self.omp_shared(kind, flags) is None:
             self._check_omp(kind, flags)
+        # the digest of this header's text, which a later set of extensions is compared with (one preprocessing
+        # here, in the background, instead of in the first such candidate's build)
+        self._text(kind, flags, self._plain_flags(flags, True))
         d = self._dir(kind, flags)
         ready = self._ready(kind, d, flags)
         if ready is not None:

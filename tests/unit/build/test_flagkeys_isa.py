@@ -98,6 +98,7 @@ def test_a_shared_header_with_the_pragma_gives_the_code_of_the_real_flags(
     store = PchStore(tmp_path / "pch")
     plain = _store_flags(inc, ["-O3"])
     assert store.build("split", plain) is not None  # the header of the rest of the flags
+    assert len(list((tmp_path / "pch").glob("text-split-*.json"))) == 1  # its text's digest, kept for the check
     flags = _store_flags(inc, USER_FLAGS)
     assert store.isa_shared("split", flags) is None
     use = store.include_flags("split", flags)  # checked here: the rest of the flags has its header ready
