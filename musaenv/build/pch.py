@@ -169,6 +169,18 @@ def _macros(flags: CompileFlags, use: Sequence[str], cwd: Path) -> dict[str, str
     return found
 
 
+def _shared(seen: dict[str, dict[str, Any] | None], path: Path) -> bool | None:
+    """A sharing decision recorded at ``path`` (read once into ``seen``); ``None`` when there is none yet."""
+    if path.name not in seen:
+        try:
+            found = json.loads(path.read_text())
+            seen[path.name] = found if isinstance(found, dict) and isinstance(found.get("shared"), bool) else None
+        except (OSError, ValueError):
+            seen[path.name] = None
+    found = seen[path.name]
+    return None if found is None else bool(found["shared"])
+
+
 def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value).encode()).hexdigest()[:16]
 
@@ -356,16 +368,7 @@ class PchStore:
         checked (:meth:`check_isa`, once per installation, header and set of extensions)."""
         if not isa_flags(flags.user) or not self.isa_by_pragma:
             return False
-        path = self._isa_record(kind, flags)
-        if path.name not in self._isa:
-            try:
-                found = json.loads(path.read_text())
-                ok = isinstance(found, dict) and isinstance(found.get("shared"), bool)
-                self._isa[path.name] = found if ok else None
-            except (OSError, ValueError):
-                self._isa[path.name] = None
-        found = self._isa[path.name]
-        return None if found is None else bool(found["shared"])
+        return _shared(self._isa, self._isa_record(kind, flags))
 
     def unit_flags(self, kind: str, flags: CompileFlags) -> CompileFlags:
         """The flags a unit using ``kind``'s header for ``flags`` is compiled with: without the extensions it takes
@@ -454,16 +457,7 @@ class PchStore:
         """Whether ``kind``'s header for ``flags`` serves units with and without ``-fopenmp``/``-pthread`` alike
         (one header built with :data:`musaenv.build.flagkeys.OMP_SHARED_FLAGS`); ``None`` until :meth:`build`
         has checked that header's text, once per installation."""
-        path = self._omp_record(kind, flags)
-        if path.name not in self._omp:
-            try:
-                found = json.loads(path.read_text())
-                ok = isinstance(found, dict) and isinstance(found.get("shared"), bool)
-                self._omp[path.name] = found if ok else None
-            except (OSError, ValueError):
-                self._omp[path.name] = None
-        found = self._omp[path.name]
-        return None if found is None else bool(found["shared"])
+        return _shared(self._omp, self._omp_record(kind, flags))
 
     def _dir(self, kind: str, flags: CompileFlags) -> Path:
         isa = self.isa_shared(kind, flags) is True

@@ -82,6 +82,15 @@ def _functions(obj: Path, names: tuple[str, ...] = ("axpy", "sum")) -> dict[str,
     return found
 
 
+def _header_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str) -> Path:
+    """An include directory holding ``text`` as the split tier's header (in place of ``torch/types.h``)."""
+    inc = tmp_path / "inc"
+    inc.mkdir()
+    (inc / "musaenv_test_isa.h").write_text(text)
+    monkeypatch.setitem(pch.HEADERS, "split", "musaenv_test_isa.h")
+    return inc
+
+
 def _store_flags(inc: Path, user: list[str]) -> CompileFlags:
     return CompileFlags(("g++",), (*BASE, "-I", str(inc), *user), (), tuple(user), len(BASE) + 2, "t")
 
@@ -90,10 +99,7 @@ def _store_flags(inc: Path, user: list[str]) -> CompileFlags:
 def test_a_shared_header_with_the_pragma_gives_the_code_of_the_real_flags(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inc = tmp_path / "inc"
-    inc.mkdir()
-    (inc / "musaenv_test_isa.h").write_text(HEADER)
-    monkeypatch.setitem(pch.HEADERS, "split", "musaenv_test_isa.h")
+    inc = _header_dir(tmp_path, monkeypatch, HEADER)
     (tmp_path / "u.cpp").write_text(USER)
     store = PchStore(tmp_path / "pch")
     plain = _store_flags(inc, ["-O3"])
@@ -127,10 +133,7 @@ def test_a_shared_header_with_the_pragma_gives_the_code_of_the_real_flags(
 def test_a_header_whose_text_depends_on_an_extension_keeps_it_in_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inc = tmp_path / "inc"
-    inc.mkdir()
-    (inc / "musaenv_test_isa.h").write_text(HEADER + "#ifdef __AVX2__\ninline int wide() { return 8; }\n#endif\n")
-    monkeypatch.setitem(pch.HEADERS, "split", "musaenv_test_isa.h")
+    inc = _header_dir(tmp_path, monkeypatch, HEADER + "#ifdef __AVX2__\ninline int wide() { return 8; }\n#endif\n")
     store = PchStore(tmp_path / "pch")
     flags = _store_flags(inc, USER_FLAGS)
     assert store.check_isa("split", flags) is False
@@ -144,10 +147,7 @@ def test_a_header_whose_text_depends_on_an_extension_keeps_it_in_the_key(
 def test_a_refusal_under_the_pragma_keys_the_extensions_again_and_keeps_the_header(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inc = tmp_path / "inc"
-    inc.mkdir()
-    (inc / "musaenv_test_isa.h").write_text(HEADER)
-    monkeypatch.setitem(pch.HEADERS, "split", "musaenv_test_isa.h")
+    inc = _header_dir(tmp_path, monkeypatch, HEADER)
     store = PchStore(tmp_path / "pch")
     assert store.build("split", _store_flags(inc, ["-O3"])) is not None
     flags = _store_flags(inc, USER_FLAGS)
@@ -162,10 +162,7 @@ def test_a_refusal_under_the_pragma_keys_the_extensions_again_and_keeps_the_head
 def test_a_compiler_other_than_gcc_keeps_the_extensions_in_the_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    inc = tmp_path / "inc"
-    inc.mkdir()
-    (inc / "musaenv_test_isa.h").write_text(HEADER)
-    monkeypatch.setitem(pch.HEADERS, "split", "musaenv_test_isa.h")
+    inc = _header_dir(tmp_path, monkeypatch, HEADER)
     flags = CompileFlags(("g++", "-D__clang__=1"), (*BASE, "-I", str(inc), *USER_FLAGS), (), tuple(USER_FLAGS),
                          len(BASE) + 2, "t")  # fmt: skip
     assert PchStore(tmp_path / "pch").check_isa("split", flags) is False
