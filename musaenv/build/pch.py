@@ -152,11 +152,12 @@ def _current(d: Path) -> bool:
         return False
 
 
-def _macros(flags: CompileFlags, use: Sequence[str], cwd: Path) -> dict[str, str] | None:
-    """The compiler's predefined macros (name: value) for ``use``."""
+def _macros(flags: CompileFlags, use: Sequence[str], cwd: Path, source: str = "") -> dict[str, str] | None:
+    """The macros (name: value) defined at the end of ``source`` preprocessed with ``use``: the compiler's own, and
+    those ``source``'s headers define."""
     try:
-        p = subprocess.run([*flags.cxx, *use, "-dM", "-E", "-x", "c++", "-"], input="", cwd=cwd, capture_output=True,
-                           text=True, timeout=PCH_TIMEOUT_S)  # fmt: skip
+        p = subprocess.run([*flags.cxx, *use, "-dM", "-E", "-x", "c++", "-"], input=source, cwd=cwd,
+                           capture_output=True, text=True, timeout=PCH_TIMEOUT_S)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     if p.returncode != 0:
@@ -402,7 +403,10 @@ class PchStore:
         self.root.mkdir(parents=True, exist_ok=True)
         plain = self._plain_flags(flags, True)
         texts = [self._text(kind, flags, plain), self._text(kind, flags, [*plain, *isa])]
-        macros = [_macros(flags, plain, self.root), _macros(flags, [*plain, *isa], self.root)]
+        # with the header: a macro it defines only under them (glibc's FP_FAST_FMA under -mfma) is defined again
+        # after it, as the compiler's own are
+        src = f"#include <{HEADERS[kind]}>\n"
+        macros = [_macros(flags, plain, self.root, src), _macros(flags, [*plain, *isa], self.root, src)]
         if None in texts or None in macros:
             return None
         base, with_isa = macros[0] or {}, macros[1] or {}

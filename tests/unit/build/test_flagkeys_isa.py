@@ -31,6 +31,9 @@ USER = """#ifndef __AVX2__
 #error the unit does not see __FMA__
 #endif
 static_assert(__BIGGEST_ALIGNMENT__ == 32, "the alignment -mavx2 gives");
+#ifndef FP_FAST_FMA
+#error the unit does not see what <math.h> defines under -mfma
+#endif
 void axpy(const float* x, const float* y, float* out, float a, long n) {
   long i = 0;
   __m256 va = _mm256_set1_ps(a);
@@ -113,6 +116,7 @@ def test_a_shared_header_with_the_pragma_gives_the_code_of_the_real_flags(
     pragma = Path(use[-1]).read_text()
     assert pragma.startswith('#pragma GCC target("avx2,fma")\n') and "#define __AVX2__ 1" in pragma
     assert "#define __BIGGEST_ALIGNMENT__ 32" in pragma  # what -mavx2 changes, not only what it adds
+    assert "#define FP_FAST_FMA 1" in pragma  # a macro the header itself (glibc's <math.h>) defines under -mfma
     unit = store.unit_flags("split", flags)
     assert "-mavx2" not in unit.cflags and "-mfma" not in unit.cflags and "-O3" in unit.cflags
     warn = _gxx([*unit.cflags, "-Winvalid-pch", *use, "-c", "u.cpp", "-o", "shared.o"], tmp_path)
