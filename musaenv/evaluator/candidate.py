@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -14,7 +17,7 @@ from musaenv.build.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
 from musaenv.evaluator.reference import recv_before
-from musaenv.isolation.channel import ProtocolError
+from musaenv.isolation.channel import ProtocolError, Stalled
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import (
     BuildRequest,
@@ -55,6 +58,8 @@ class CandidateRun:
             saw a new input (:func:`musaenv.evaluator.plan.first_use_calls`).
         refused_log: Why a build was refused before any compiler ran (flags outside the allow-list): the
             verdict is then ``format_error``, whatever the worker made of the refusal.
+        answered: The build service's answer per build spec (its JSON) in this run: a spec asked for again (a
+            ``load_inline`` inside ``forward``) is answered from here, with no cache lookup or check of the module.
     """
 
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
@@ -71,6 +76,7 @@ class CandidateRun:
     runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
     runtime_arrays: list[np.ndarray] = field(default_factory=list)
     refused_log: str = ""
+    answered: dict[str, dict[str, Any]] = field(default_factory=dict)
     timing_layout: tuple[int, int] | None = None
     cpu: list[PhaseUsage] = field(default_factory=list)
     cpu_budget: int = 1
@@ -79,8 +85,10 @@ class CandidateRun:
 # Stages in which no candidate verdict can be earned: "start" ends before the candidate's code runs, and "draw" only
 # draws the task's inputs (a candidate's sabotage of drawing is told apart by the parent: see LocalEvaluator).
 _HARNESS_STAGES = {"start": "infra_error", "draw": "input_error"}
+_ORDER = ("start", "load", "draw", "trials", "timing")  # a worker's stages, each once, some skipped (no draw on GPUs)
 
 
+MAX_BUILDS = 16  # different extensions one evaluation may build: their time is excluded from its limits
 _LIMIT_POLL_S = 0.25  # how often a stage's limits are checked while its worker is silent
 
 
@@ -94,30 +102,58 @@ def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
     }
 
 
+def _within(limit_s: float) -> Callable[[], str | None]:
+    """A ``give_up`` for :meth:`Channel.send`: ``"own"`` once ``limit_s`` seconds have passed from now."""
+    end = time.monotonic() + limit_s
+    return lambda: "own" if time.monotonic() > end else None
+
+
 def _serve_build(
-    worker: WorkerProcess, msg: BuildRequest, run: CandidateRun, cfg: EvalConfig, backend: str, compile_only: bool
+    worker: WorkerProcess,
+    msg: BuildRequest,
+    run: CandidateRun,
+    cfg: EvalConfig,
+    backend: str,
+    compile_only: bool,
+    reply_limit_s: float,
 ) -> float:
-    """Build what the worker asked for; returns the seconds spent (excluded from its deadline)."""
+    """Build what the worker asked for; returns the seconds spent (excluded from its deadline).
+
+    An answer waits for room in a full pipe (a worker flooding it with requests whose answers it never reads) at
+    most ``reply_limit_s`` (the stage's limit); then :class:`Stalled` says ``own``: the worker's own time, spent not
+    reading.
+    """
     t0 = time.monotonic()
+    send = partial(worker.chan.send, give_up=_within(reply_limit_s))
     try:
         spec = BuildSpec.from_dict(msg.spec)
         spec = BuildSpec.from_dict({**spec.to_dict(), "backend": backend, "compile_only": compile_only})
     except (KeyError, TypeError, ValueError) as e:
-        worker.chan.send(BuildResult(ok=False, name="", log=f"malformed build request: {e}").to_dict())
+        send(BuildResult(ok=False, name="", log=f"malformed build request: {e}").to_dict())
         return time.monotonic() - t0
     problems = check_spec_flags(spec.extra_cflags, spec.extra_cuda_cflags, spec.extra_ldflags, spec.extra_include_paths)
     if problems:  # checked here, in the parent, whatever the static checks recovered: no compiler runs at all
         run.refused_log = "\n".join(p.message() for p in problems)
-        worker.chan.send(BuildResult(ok=False, name=spec.name, log=run.refused_log).to_dict())
+        send(BuildResult(ok=False, name=spec.name, log=run.refused_log).to_dict())
         return time.monotonic() - t0
-    outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
-    if not outcome.cached:
-        run.compile_time_s += outcome.seconds
-    if not outcome.ok:
-        run.compile_log = outcome.log
-        if outcome.infra_error:
-            run.infra_log = outcome.log
-    worker.chan.send(BuildResult.of(outcome).to_dict())
+    key = json.dumps(spec.to_dict(), sort_keys=True)
+    answer = run.answered.get(key)
+    if answer is None and len(run.answered) >= MAX_BUILDS:
+        run.compile_log = (
+            f"refused: more than {MAX_BUILDS} different extensions in one evaluation (each build's time is the "
+            "harness's, not the candidate's, so their number is bounded)"
+        )
+        answer = BuildResult(ok=False, name=spec.name, log=run.compile_log).to_dict()
+    elif answer is None:
+        outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
+        if not outcome.cached:
+            run.compile_time_s += outcome.seconds
+        if not outcome.ok:
+            run.compile_log = outcome.log
+            if outcome.infra_error:
+                run.infra_log = outcome.log
+        answer = run.answered[key] = BuildResult.of(outcome).to_dict()
+    send(answer)
     return time.monotonic() - t0
 
 
@@ -166,12 +202,28 @@ def drive_candidate(
 def _recv_within(worker: WorkerProcess, clock: StageClock) -> tuple[dict[str, Any], list[np.ndarray]] | str:
     """The worker's next message, or which limit of ``clock`` ran out first (see :meth:`StageClock.over`)."""
     while True:
-        got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S)
+        try:
+            got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S, clock.over)
+        except Stalled as e:  # stopped inside a message: the limit that ran out meanwhile
+            return e.reason
         if got is not None:
             return got
         over = clock.over()
         if over is not None:
             return over
+
+
+def _ran_out(worker: WorkerProcess, run: CandidateRun, clock: StageClock, phase: str, why: str) -> CandidateRun:
+    """End ``run`` at the limit ``why`` of ``clock`` (see :meth:`StageClock.over`): the worker is killed.
+
+    Before the candidate's code runs the time is the harness's; a slow draw of the task's inputs is the task's unless
+    the reference process cannot reproduce it (LocalEvaluator checks). A stage that only ran past the wall-clock
+    backstop was starved by the host: infra_error, retried.
+    """
+    worker.kill()
+    stage = "infra_error" if why == "backstop" else _HARNESS_STAGES.get(phase, "timeout")
+    run.failure = (stage, clock.describe(phase, why))
+    return run
 
 
 # ~80 lines, kept whole: one loop over the worker's messages whose branches all update its state (phase, the
@@ -194,7 +246,9 @@ def _drive(
     phase = "start"
     clock = StageClock(worker.pid, timeouts[phase])
     try:
-        worker.chan.send(request.to_dict())
+        worker.chan.send(request.to_dict(), give_up=clock.over)
+    except Stalled as e:  # a worker that does not take its request (stopped before it reads)
+        return _ran_out(worker, run, clock, phase, e.reason)
     except OSError as e:  # the worker died before its request (killed, or its spare's server was): not the candidate
         run.failure = (
             "infra_error",
@@ -205,21 +259,17 @@ def _drive(
         try:
             got = _recv_within(worker, clock)
             if isinstance(got, str):
-                worker.kill()
-                # Before the candidate's code runs the time is the harness's; a slow draw of the task's inputs is
-                # the task's unless the reference process cannot reproduce it (LocalEvaluator checks). A stage that
-                # only ran past the wall-clock backstop was starved by the host: infra_error, retried.
-                stage = "infra_error" if got == "backstop" else _HARNESS_STAGES.get(phase, "timeout")
-                run.failure = (stage, clock.describe(phase, got))
-                return run
+                return _ran_out(worker, run, clock, phase, got)
             msg = decode(got[0], BuildRequest, Stage, Trial, Timing, RuntimeReport, Result)
             arrays = got[1]
             if isinstance(msg, BuildRequest):
-                clock.exclude(_serve_build(worker, msg, run, cfg, backend, compile_only))
+                clock.exclude(_serve_build(worker, msg, run, cfg, backend, compile_only, timeouts[phase]))
             elif isinstance(msg, Stage):
+                if msg.name not in timeouts:
+                    raise ProtocolError(f"unknown stage {msg.name!r}")
+                if _ORDER.index(msg.name) <= _ORDER.index(phase):  # each restarts the clock: only once, in order
+                    raise ProtocolError(f"stage {msg.name!r} after stage {phase!r}")
                 phase = msg.name
-                if phase not in timeouts:
-                    raise ProtocolError(f"unknown stage {phase!r}")
                 watch.stop()
                 if phase in ("trials", "timing"):
                     # The slot is taken once and kept: at the trials on a GPU, at the timing on the CPU.
@@ -229,7 +279,7 @@ def _drive(
                     if phase == "timing":  # extra threads buy no extra cores (cpu_watch.pin_threads)
                         pin_threads(worker.pid, timing_cpus(run.cpu_budget))
                     watch.start(phase)
-                    worker.chan.send(Go().to_dict())
+                    worker.chan.send(Go().to_dict(), give_up=clock.over)
                 clock.restart(timeouts[phase])
                 if msg.sandbox is not None:
                     run.sandbox = msg.sandbox
@@ -241,6 +291,8 @@ def _drive(
                 assert isinstance(msg, (Trial, Timing, RuntimeReport, Result))  # what decode allows
                 if _handle(msg, arrays, run):
                     return run
+        except Stalled as e:  # its pipe stayed full (it sends messages without reading the answers) past a limit
+            return _ran_out(worker, run, clock, phase, e.reason)
         except (EOFError, BrokenPipeError, ConnectionResetError):  # the worker is gone (a send can find out first)
             desc = worker.exit_description()
             tail = worker.log_tail()

@@ -12,7 +12,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +25,7 @@ from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.isolation import forkserver
-from musaenv.isolation.channel import ProtocolError
+from musaenv.isolation.channel import ProtocolError, Stalled
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import StageClock
@@ -72,17 +72,23 @@ class RefOutputs:
     timing_prints: list[Any] | None = None
 
 
-def recv_before(worker: WorkerProcess, deadline: float) -> tuple[dict[str, Any], list[np.ndarray]] | None:
-    """Next message from ``worker``, or ``None`` when ``deadline`` (monotonic) passes first.
+def recv_before(
+    worker: WorkerProcess, deadline: float, give_up: Callable[[], str | None]
+) -> tuple[dict[str, Any], list[np.ndarray]] | None:
+    """Next message from ``worker``, or ``None`` when ``deadline`` (monotonic) passes before it starts.
+
+    A message once started is read to its end unless the worker stops sending and ``give_up`` (a stage clock's
+    ``over``) returns a reason: a stopped or hostile worker never holds the parent inside a half-sent message.
 
     Raises:
         EOFError: the worker is gone.
         ProtocolError: it sent something malformed.
+        Stalled: it stopped inside a message and ``give_up`` gave up (its ``reason``).
     """
     remaining = deadline - time.monotonic()
     if remaining <= 0 or not worker.chan.poll(remaining):
         return None
-    return worker.chan.recv()
+    return worker.chan.recv(give_up)
 
 
 class ReferenceService:
@@ -261,9 +267,12 @@ class ReferenceService:
         collected: list[tuple[list[np.ndarray], list[str]]] = []
         clock = StageClock(worker.pid, timeout_s)  # CPU and own time of the reference, wall clock as a backstop
         while True:
-            got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S)
+            try:
+                got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S, clock.over)
+                why = clock.over() if got is None else None
+            except Stalled as e:
+                got, why = None, e.reason
             if got is None:
-                why = clock.over()
                 if why is None:
                     continue
                 raise TimeoutError(f"reference for {task.id}: {clock.describe('reference', why)}")

@@ -20,13 +20,14 @@ import math
 import os
 import select
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from musaenv.isolation.records import ProtocolError
 
-__all__ = ["Channel", "ProtocolError"]
+__all__ = ["Channel", "ProtocolError", "Stalled"]
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_ARRAY_BYTES = 8 * 1024 * 1024 * 1024
@@ -34,6 +35,20 @@ _DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "
 _LEN = struct.Struct("<Q")  # every frame: 8-byte little-endian length, then the payload
 _F_SETPIPE_SZ = 1031  # linux/fcntl.h
 _PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size: 16x fewer system calls per array than 64 KiB
+_STALL_POLL_S = 0.1  # how often a reader waiting inside a message asks its ``give_up``
+
+
+class Stalled(Exception):
+    """The peer stopped in the middle of a message (sending, or reading what this side sends), and the caller's
+    ``give_up`` said why (its ``reason``).
+
+    The channel has lost its place in the stream: every later :meth:`Channel.recv` or :meth:`Channel.send` raises
+    :class:`ProtocolError`.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the peer stopped in the middle of a message ({reason})")
+        self.reason = reason
 
 
 def _widen(fd: int) -> None:
@@ -47,71 +62,117 @@ class Channel:
     def __init__(self, rfd: int, wfd: int) -> None:
         self._rfd, self._wfd = rfd, wfd
         self._closed = False
+        self._lost = ""  # why the stream's place was lost (a :class:`Stalled` read)
 
     @classmethod
     def pair(cls) -> tuple[Channel, tuple[int, int]]:
-        """Create pipes; return (this side's channel, (child's read fd, child's write fd))."""
+        """Create pipes; return (this side's channel, (child's read fd, child's write fd)).
+
+        This side writes without blocking (its own open file, not the child's): a child that stops reading, stopped
+        or flooding the pipe with messages it never waits answers for, fills it, and a write then waits only as long
+        as the ``give_up`` of :meth:`send` allows.
+        """
         c_r, p_w = os.pipe()
         p_r, c_w = os.pipe()
         _widen(p_w)
         _widen(c_w)
+        os.set_blocking(p_w, False)
         return cls(p_r, p_w), (c_r, c_w)
 
-    def _write_all(self, data: memoryview) -> None:
+    def _write_all(self, data: memoryview, give_up: Callable[[], str | None] | None) -> None:
         while len(data):
-            data = data[os.write(self._wfd, data) :]
+            try:
+                data = data[os.write(self._wfd, data) :]
+                continue
+            except BlockingIOError:
+                pass
+            while not select.select([], [self._wfd], [], _STALL_POLL_S)[1]:
+                reason = give_up() if give_up is not None else None
+                if reason is not None:
+                    self._lost = reason
+                    raise Stalled(reason)
 
-    def send_frame(self, payload: bytes | memoryview) -> None:
+    def send_frame(self, payload: bytes | memoryview, give_up: Callable[[], str | None] | None = None) -> None:
         """Write one raw frame (a length and the bytes); :meth:`send` is built on it."""
-        self._write_all(memoryview(_LEN.pack(len(payload))))
-        self._write_all(memoryview(payload).cast("B"))
+        self._write_all(memoryview(_LEN.pack(len(payload))), give_up)
+        self._write_all(memoryview(payload).cast("B"), give_up)
 
-    def send(self, msg: dict[str, Any], arrays: list[np.ndarray] | None = None) -> None:
-        """Send a JSON-safe dict, then each array as raw bytes (C order)."""
+    def send(
+        self,
+        msg: dict[str, Any],
+        arrays: list[np.ndarray] | None = None,
+        give_up: Callable[[], str | None] | None = None,
+    ) -> None:
+        """Send a JSON-safe dict, then each array as raw bytes (C order).
+
+        ``give_up`` is asked every fraction of a second while the peer's pipe stays full (as in :meth:`recv`); a
+        reason ends the send with :class:`Stalled` and the stream is lost. Without it a full pipe waits as long as
+        it takes.
+        """
+        if self._lost:
+            raise ProtocolError(f"the channel lost its place when a message stalled ({self._lost})")
         arrays = [np.ascontiguousarray(a) for a in arrays or []]
         header = dict(msg)
         header["_arrays"] = [{"dtype": str(a.dtype), "shape": list(a.shape)} for a in arrays]
-        self.send_frame(json.dumps(header).encode())
+        self.send_frame(json.dumps(header).encode(), give_up)
         for a in arrays:
-            self.send_frame(a.reshape(-1).view(np.uint8).data)
+            self.send_frame(a.reshape(-1).view(np.uint8).data, give_up)
 
     def poll(self, timeout_s: float | None) -> bool:
         """True when a message is ready (or the peer closed) within ``timeout_s``."""
         r, _, _ = select.select([self._rfd], [], [], timeout_s)
         return bool(r)
 
-    def _read_into(self, buf: memoryview, at_boundary: bool) -> None:
+    def _read_into(self, buf: memoryview, at_boundary: bool, give_up: Callable[[], str | None] | None) -> None:
         got = 0
         while got < len(buf):
+            while give_up is not None and not self.poll(_STALL_POLL_S):
+                reason = give_up()
+                if reason is not None:
+                    self._lost = reason
+                    raise Stalled(reason)
             n = os.readv(self._rfd, [buf[got:]])
             if n == 0:  # the peer is gone (mid-frame too: a truncated message is a dead worker, not a lie)
                 raise EOFError("end of file" + ("" if at_boundary and got == 0 else " inside a frame"))
             got += n
 
-    def _recv_frame(self, limit: int, what: str) -> np.ndarray:
+    def _recv_frame(self, limit: int, what: str, give_up: Callable[[], str | None] | None) -> np.ndarray:
         head = bytearray(_LEN.size)
-        self._read_into(memoryview(head), at_boundary=True)
+        self._read_into(memoryview(head), at_boundary=True, give_up=give_up)
         (size,) = _LEN.unpack(head)
         if size > limit:
             raise ProtocolError(f"{what} of {size} bytes exceeds the {limit}-byte limit")
         buf = np.empty(size, dtype=np.uint8)
-        self._read_into(buf.data, at_boundary=False)
+        self._read_into(buf.data, at_boundary=False, give_up=give_up)
         return buf
 
-    def recv(self) -> tuple[dict[str, Any], list[np.ndarray]]:
-        """Receive one message. Raises EOFError when the peer is gone, ProtocolError when it is malformed."""
+    def recv(self, give_up: Callable[[], str | None] | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """Receive one message.
+
+        Args:
+            give_up: Asked every fraction of a second while the peer sends nothing; a reason it returns ends the
+                read with :class:`Stalled`. Without it a peer that stops half-way through a message (stopped by a
+                signal, or a hostile candidate writing a partial frame into its own pipe) blocks the reader forever.
+
+        Raises:
+            EOFError: the peer is gone.
+            ProtocolError: the message is malformed (or an earlier read stalled and lost the stream's place).
+            Stalled: ``give_up`` gave up.
+        """
+        if self._lost:
+            raise ProtocolError(f"the channel lost its place when a message stalled ({self._lost})")
         try:
-            raw = self._recv_frame(MAX_JSON_BYTES, "message")
+            raw = self._recv_frame(MAX_JSON_BYTES, "message", give_up)
             msg = json.loads(raw.tobytes())
         except (OSError, ValueError, UnicodeDecodeError) as e:
             raise ProtocolError(f"malformed message: {e}") from None
         if not isinstance(msg, dict):
             raise ProtocolError("message is not a JSON object")
         specs = msg.pop("_arrays", [])
-        arrays = [self._recv_array(s) for s in specs] if isinstance(specs, list) else []
+        arrays = [self._recv_array(s, give_up) for s in specs] if isinstance(specs, list) else []
         return msg, arrays
 
-    def _recv_array(self, spec: Any) -> np.ndarray:
+    def _recv_array(self, spec: Any, give_up: Callable[[], str | None] | None) -> np.ndarray:
         try:
             dtype = str(spec["dtype"])
             shape = [int(d) for d in spec["shape"]]
@@ -123,7 +184,7 @@ class Channel:
         if expected > MAX_ARRAY_BYTES:
             raise ProtocolError(f"array of {expected} bytes exceeds the {MAX_ARRAY_BYTES}-byte limit")
         try:  # the header's size bounds the frame, so a lying length never makes the parent allocate more
-            raw = self._recv_frame(expected, "array frame")
+            raw = self._recv_frame(expected, "array frame", give_up)
         except OSError as e:
             raise ProtocolError(f"array frame: {e}") from None
         if raw.size != expected:

@@ -15,7 +15,7 @@ from typing import IO
 
 from musaenv import _env
 from musaenv.isolation import tempdirs
-from musaenv.isolation.channel import Channel, ProtocolError
+from musaenv.isolation.channel import Channel, ProtocolError, Stalled
 from musaenv.isolation.forkserver import ForkServer, ForkServerError
 from musaenv.isolation.messages import read_hello
 from musaenv.isolation.proctree import kill_tree, start_time
@@ -127,13 +127,14 @@ class WorkerProcess:
         remaining = timeout_s - (time.monotonic() - self.started)
         try:
             if self.chan.poll(max(remaining, 0.0)):
-                msg, _ = self.chan.recv()
+                end = self.started + timeout_s
+                msg, _ = self.chan.recv(lambda: "start timeout" if time.monotonic() > end else None)
                 read_hello(msg)
                 self.ready = True
         except ProtocolError as e:
             self.start_error = str(e)
             return False
-        except (EOFError, OSError):
+        except (EOFError, OSError, Stalled):
             return False
         return self.ready
 

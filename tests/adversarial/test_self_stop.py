@@ -131,3 +131,58 @@ def test_a_candidate_cannot_stop_itself_into_infra_error(ev: LocalEvaluator, rou
     if route.endswith("fork_server"):  # the server survived: the next candidate still runs on it
         honest = _TEMPLATE.replace("ROUTE", "pass").replace(" + 1.0", "")
         assert ev.evaluate(get_task(TASK), honest, seed=2).stage is Stage.CORRECT
+
+
+_PIPE_WRITER = """
+import fcntl, json, os, struct, time
+import torch
+def _frame(msg):
+    body = json.dumps(msg).encode()
+    return struct.pack("<Q", len(body)) + body
+def _pipes():  # every pipe it may write but its stdout and stderr: the channel to the parent among them
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fd = int(name)
+            if fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:") and fcntl.fcntl(fd, fcntl.F_GETFL) & 3:
+                yield fd
+        except OSError:
+            pass
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        for fd in _pipes():
+            try:
+                ROUTE
+            except OSError:
+                pass
+        time.sleep(600)
+        return torch.relu(x)
+"""
+_HOLDS = {  # ways to hold the evaluator through the channel itself, and the verdict each must get
+    # the start of a message, then silence: the parent reads a started message on only while the limits hold
+    "half_message": ('os.write(fd, struct.pack(\'<Q\', 4096) + b\'{"type": "trial", "dtypes": [\')', Stage.TIMEOUT),
+    # a stage again and again (each would restart the clock): stages come once each, in order
+    "stage_again": (
+        "[os.write(fd, _frame({'type': 'stage', 'name': n})) or time.sleep(0.3) for n in ['trials'] * 60]",
+        Stage.CHEATING,
+    ),
+    # requests whose answers it never reads: the parent's answers fill its pipe, and wait only to the limit
+    "unread_answers": (
+        "[os.write(fd, _frame({'type': 'build', 'spec': {}}) * 1000) for _ in range(100)]",
+        Stage.TIMEOUT,
+    ),
+}
+
+
+@pytest.mark.parametrize("route", list(_HOLDS))
+def test_the_channel_cannot_hold_the_evaluator(ev: LocalEvaluator, route: str) -> None:
+    """A candidate can write into the pipe to the parent (it shares the worker's process). Whatever it writes, the
+    evaluation ends at the candidate's own limit or as its protocol violation: not at the backstop, never as a hang;
+    the next evaluation is right."""
+    code, verdict = _HOLDS[route]
+    t0 = time.monotonic()
+    r = ev.evaluate(get_task(TASK), _PIPE_WRITER.replace("ROUTE", code), seed=1)
+    took = time.monotonic() - t0
+    assert r.stage is verdict, r.to_dict()
+    assert took < 20, took
+    honest = _TEMPLATE.replace("ROUTE", "pass").replace(" + 1.0", "")
+    assert ev.evaluate(get_task(TASK), honest, seed=2).stage is Stage.CORRECT

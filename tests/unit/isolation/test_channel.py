@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import struct
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from musaenv.isolation.channel import Channel, ProtocolError
+from musaenv.isolation.channel import Channel, ProtocolError, Stalled
 
 
 def _pair() -> tuple[Channel, Channel]:
@@ -47,3 +50,44 @@ def test_closed_peer_is_eof():
         parent.recv()
     parent.close()
     assert os.name == "posix"
+
+
+@pytest.mark.parametrize("sent", [b"\x10\x00\x00", struct.pack("<Q", 64) + b'{"type"'])
+def test_a_message_stopped_half_way_ends_at_give_up_and_loses_the_stream(sent):
+    """A peer that stops inside a frame (its length or its payload) holds the reader only until ``give_up`` says so;
+    the channel then refuses to read on from a place it no longer knows."""
+    parent, child = _pair()
+    os.write(child._wfd, sent)
+    asked: list[float] = []
+    end = time.monotonic() + 0.5
+
+    def give_up() -> str | None:
+        asked.append(time.monotonic())
+        return "own" if asked[-1] > end else None
+
+    with pytest.raises(Stalled) as caught:
+        parent.recv(give_up)
+    assert caught.value.reason == "own" and len(asked) >= 3
+    assert time.monotonic() - end < 1.0
+    child.send({"type": "late"})
+    with pytest.raises(ProtocolError, match="lost its place"):
+        parent.recv()
+
+
+def test_a_slow_but_steady_peer_is_read_whole():
+    """While ``give_up`` has no reason the reader waits on: a message sent in pieces with pauses is read whole."""
+    parent, child = _pair()
+    payload = b'{"type": "trial", "n": 1}'
+    frame = struct.pack("<Q", len(payload)) + payload
+
+    def send_slowly() -> None:
+        for i in range(0, len(frame), 10):
+            os.write(child._wfd, frame[i : i + 10])
+            time.sleep(0.25)
+
+    writer = threading.Thread(target=send_slowly)
+    writer.start()
+    asked: list[int] = []
+    msg, _ = parent.recv(lambda: asked.append(1) or None)
+    writer.join()
+    assert msg == {"type": "trial", "n": 1} and asked
