@@ -39,6 +39,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -394,19 +395,24 @@ class PchStore:
         Shared only for GCC (the compiler whose pragma and header rules this was checked against) when the
         preprocessed header is the same text with and without them, but for the ``#pragma GCC push_options`` /
         ``target`` / ``pop_options`` lines of GCC's intrinsic headers (their code is the same either way: each
-        intrinsic carries its own target). Two preprocessings of the header (~1 s of CPU each) and none of a
-        header build, so a candidate's build may check inline (:mod:`musaenv.build.fastbuild`).
+        intrinsic carries its own target), and its macros compared likewise. Four preprocessings of the header (~1 s
+        of CPU each, side by side; the base flags' two are kept in the store) and no header build, so a candidate's
+        build may check inline (:mod:`musaenv.build.fastbuild`).
         """
         isa = isa_flags(flags.user)
         if not isa:
             return False
         self.root.mkdir(parents=True, exist_ok=True)
         plain = self._plain_flags(flags, True)
-        texts = [self._text(kind, flags, plain), self._text(kind, flags, [*plain, *isa])]
-        # with the header: a macro it defines only under them (glibc's FP_FAST_FMA under -mfma) is defined again
-        # after it, as the compiler's own are
-        src = f"#include <{HEADERS[kind]}>\n"
-        macros = [_macros(flags, plain, self.root, src), _macros(flags, [*plain, *isa], self.root, src)]
+        # the macros with the header: one it defines only under them (glibc's FP_FAST_FMA under -mfma) is defined
+        # again after it, as the compiler's own are. Up to four preprocessings, side by side (the base flags' two
+        # are kept in the store after the first time).
+        with ThreadPoolExecutor(4) as pool:
+            text_jobs = [pool.submit(self._text, kind, flags, use) for use in (plain, [*plain, *isa])]
+            macro_jobs = [pool.submit(self._header_macros, kind, flags, plain, True),
+                          pool.submit(self._header_macros, kind, flags, [*plain, *isa], False)]  # fmt: skip
+            texts = [job.result() for job in text_jobs]
+            macros = [job.result() for job in macro_jobs]
         if None in texts or None in macros:
             return None
         base, with_isa = macros[0] or {}, macros[1] or {}
@@ -429,6 +435,22 @@ class PchStore:
         os.replace(part, path)
         log.info("%s headers %s %s", kind, "shared across" if shared else "keyed on", " ".join(isa))
         return shared
+
+    def _header_macros(self, kind: str, flags: CompileFlags, use: Sequence[str], keep: bool) -> dict[str, str] | None:
+        """:func:`_macros` at the end of ``kind``'s header with ``use``; with ``keep`` (the base flags, the same for
+        every set of extensions) read from and written to the store."""
+        memo = self.root / f"macros-{kind}-{_digest([flags.toolchain, flags.cxx, list(use)])}.json"
+        if keep:
+            with contextlib.suppress(OSError, ValueError):
+                found = json.loads(memo.read_text())
+                if isinstance(found, dict) and all(isinstance(v, str) for v in found.values()):
+                    return found
+        got = _macros(flags, use, self.root, f"#include <{HEADERS[kind]}>\n")
+        if keep and got is not None:
+            part = memo.with_name(f".{memo.name}.{unique_suffix()}")
+            part.write_text(json.dumps(got))
+            os.replace(part, memo)
+        return got
 
     def _text(self, kind: str, flags: CompileFlags, use: Sequence[str]) -> str | None:
         """Digest of ``kind``'s header preprocessed with ``use``, less the target pragmas of intrinsic headers (the
@@ -523,9 +545,10 @@ class PchStore:
             self.check_isa(kind, flags)
         if self.omp_shared(kind, flags) is None:
             self._check_omp(kind, flags)
-        # the digest of this header's text, which a later set of extensions is compared with (one preprocessing
-        # here, in the background, instead of in the first such candidate's build)
+        # the digest of this header's text and its macros, which a later set of extensions is compared with (two
+        # preprocessings here, in the background, instead of in the first such candidate's build)
         self._text(kind, flags, self._plain_flags(flags, True))
+        self._header_macros(kind, flags, self._plain_flags(flags, True), True)
         d = self._dir(kind, flags)
         ready = self._ready(kind, d, flags)
         if ready is not None:

@@ -108,6 +108,7 @@ def test_a_shared_header_with_the_pragma_gives_the_code_of_the_real_flags(
     plain = _store_flags(inc, ["-O3"])
     assert store.build("split", plain) is not None  # the header of the rest of the flags
     assert len(list((tmp_path / "pch").glob("text-split-*.json"))) == 1  # its text's digest, kept for the check
+    assert len(list((tmp_path / "pch").glob("macros-split-*.json"))) == 1  # and its macros
     flags = _store_flags(inc, USER_FLAGS)
     assert store.isa_shared("split", flags) is None
     use = store.include_flags("split", flags)  # checked here: the rest of the flags has its header ready
@@ -131,6 +132,28 @@ def test_a_shared_header_with_the_pragma_gives_the_code_of_the_real_flags(
     assert PchStore(tmp_path / "pch").isa_shared("split", flags) is True
     (found,) = (tmp_path / "pch").glob("isa-split-*.json")
     assert json.loads(found.read_text())["shared"] is True
+
+
+@needs_gxx
+def test_each_later_set_of_extensions_preprocesses_only_with_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The base flags' text and macros are read from the store: a new set of extensions costs two preprocessings
+    (its text and its macros), run side by side."""
+    inc = _header_dir(tmp_path, monkeypatch, HEADER)
+    store = PchStore(tmp_path / "pch")
+    assert store.check_isa("split", _store_flags(inc, USER_FLAGS)) is True
+    ran: list[tuple[str, ...]] = []
+    real_run = subprocess.run
+
+    def counting_run(cmd, *args, **kwargs):  # type: ignore[no-untyped-def]
+        ran.append(tuple(cmd))
+        return real_run(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(pch.subprocess, "run", counting_run)
+    assert PchStore(tmp_path / "pch").check_isa("split", _store_flags(inc, ["-O3", "-msse4.2"])) is True
+    assert len(ran) == 2 and all("-msse4.2" in cmd for cmd in ran), ran
+    assert sorted("-dM" in cmd for cmd in ran) == [False, True]
 
 
 @needs_gxx
