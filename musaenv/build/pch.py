@@ -547,8 +547,9 @@ class PchStore:
             self._check_omp(kind, flags)
         # the digest of this header's text and its macros, which a later set of extensions is compared with (two
         # preprocessings here, in the background, instead of in the first such candidate's build)
-        self._text(kind, flags, self._plain_flags(flags, True))
-        self._header_macros(kind, flags, self._plain_flags(flags, True), True)
+        plain = self._plain_flags(flags, True)
+        self._text(kind, flags, plain)
+        self._header_macros(kind, flags, plain, True)
         d = self._dir(kind, flags)
         ready = self._ready(kind, d, flags)
         if ready is not None:

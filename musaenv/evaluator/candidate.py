@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -17,7 +16,7 @@ from musaenv.build.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
 from musaenv.evaluator.reference import recv_before
-from musaenv.isolation.channel import ProtocolError, Stalled
+from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import (
     BuildRequest,
@@ -86,8 +85,6 @@ class CandidateRun:
 # draws the task's inputs (a candidate's sabotage of drawing is told apart by the parent: see LocalEvaluator).
 _HARNESS_STAGES = {"start": "infra_error", "draw": "input_error"}
 _ORDER = ("start", "load", "draw", "trials", "timing")  # a worker's stages, each once, some skipped (no draw on GPUs)
-
-
 MAX_BUILDS = 16  # different extensions one evaluation may build: their time is excluded from its limits
 _LIMIT_POLL_S = 0.25  # how often a stage's limits are checked while its worker is silent
 
@@ -102,7 +99,7 @@ def _stage_timeouts(cfg: EvalConfig) -> dict[str, float]:
     }
 
 
-def _within(limit_s: float) -> Callable[[], str | None]:
+def _within(limit_s: float) -> GiveUp:
     """A ``give_up`` for :meth:`Channel.send`: ``"own"`` once ``limit_s`` seconds have passed from now."""
     end = time.monotonic() + limit_s
     return lambda: "own" if time.monotonic() > end else None

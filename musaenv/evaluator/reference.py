@@ -12,7 +12,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -25,7 +25,7 @@ from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.isolation import forkserver
-from musaenv.isolation.channel import ProtocolError, Stalled
+from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import StageClock
@@ -73,7 +73,7 @@ class RefOutputs:
 
 
 def recv_before(
-    worker: WorkerProcess, deadline: float, give_up: Callable[[], str | None]
+    worker: WorkerProcess, deadline: float, give_up: GiveUp
 ) -> tuple[dict[str, Any], list[np.ndarray]] | None:
     """Next message from ``worker``, or ``None`` when ``deadline`` (monotonic) passes before it starts.
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from musaenv.isolation.records import ProtocolError
 
-__all__ = ["Channel", "ProtocolError", "Stalled"]
+__all__ = ["Channel", "GiveUp", "ProtocolError", "Stalled"]
 
 MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_ARRAY_BYTES = 8 * 1024 * 1024 * 1024
@@ -35,7 +35,9 @@ _DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "
 _LEN = struct.Struct("<Q")  # every frame: 8-byte little-endian length, then the payload
 _F_SETPIPE_SZ = 1031  # linux/fcntl.h
 _PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size: 16x fewer system calls per array than 64 KiB
-_STALL_POLL_S = 0.1  # how often a reader waiting inside a message asks its ``give_up``
+_STALL_POLL_S = 0.1  # how often a read or write waiting inside a message asks its ``give_up``
+
+GiveUp = Callable[[], "str | None"]  # asked while a message is stuck: a reason to stop waiting, or None
 
 
 class Stalled(Exception):
@@ -62,7 +64,7 @@ class Channel:
     def __init__(self, rfd: int, wfd: int) -> None:
         self._rfd, self._wfd = rfd, wfd
         self._closed = False
-        self._lost = ""  # why the stream's place was lost (a :class:`Stalled` read)
+        self._lost = ""  # why the stream's place was lost (a :class:`Stalled` read or write)
 
     @classmethod
     def pair(cls) -> tuple[Channel, tuple[int, int]]:
@@ -79,20 +81,28 @@ class Channel:
         os.set_blocking(p_w, False)
         return cls(p_r, p_w), (c_r, c_w)
 
-    def _write_all(self, data: memoryview, give_up: Callable[[], str | None] | None) -> None:
+    def _wait(self, writing: bool, give_up: GiveUp | None) -> None:
+        """Wait until the pipe can be read (or, ``writing``, written), asking ``give_up`` every
+        :data:`_STALL_POLL_S` meanwhile; a reason it returns raises :class:`Stalled` and loses the stream."""
+        fds: tuple[list[int], list[int]] = ([], [self._wfd]) if writing else ([self._rfd], [])
+        while not any(select.select(*fds, [], _STALL_POLL_S)[:2]):
+            reason = give_up() if give_up is not None else None
+            if reason is not None:
+                self._lost = reason
+                raise Stalled(reason)
+
+    def _in_place(self) -> None:
+        if self._lost:
+            raise ProtocolError(f"the channel lost its place when a message stalled ({self._lost})")
+
+    def _write_all(self, data: memoryview, give_up: GiveUp | None) -> None:
         while len(data):
             try:
                 data = data[os.write(self._wfd, data) :]
-                continue
-            except BlockingIOError:
-                pass
-            while not select.select([], [self._wfd], [], _STALL_POLL_S)[1]:
-                reason = give_up() if give_up is not None else None
-                if reason is not None:
-                    self._lost = reason
-                    raise Stalled(reason)
+            except BlockingIOError:  # the peer's pipe is full (this side writes without blocking: see pair)
+                self._wait(True, give_up)
 
-    def send_frame(self, payload: bytes | memoryview, give_up: Callable[[], str | None] | None = None) -> None:
+    def send_frame(self, payload: bytes | memoryview, give_up: GiveUp | None = None) -> None:
         """Write one raw frame (a length and the bytes); :meth:`send` is built on it."""
         self._write_all(memoryview(_LEN.pack(len(payload))), give_up)
         self._write_all(memoryview(payload).cast("B"), give_up)
@@ -101,7 +111,7 @@ class Channel:
         self,
         msg: dict[str, Any],
         arrays: list[np.ndarray] | None = None,
-        give_up: Callable[[], str | None] | None = None,
+        give_up: GiveUp | None = None,
     ) -> None:
         """Send a JSON-safe dict, then each array as raw bytes (C order).
 
@@ -109,8 +119,7 @@ class Channel:
         reason ends the send with :class:`Stalled` and the stream is lost. Without it a full pipe waits as long as
         it takes.
         """
-        if self._lost:
-            raise ProtocolError(f"the channel lost its place when a message stalled ({self._lost})")
+        self._in_place()
         arrays = [np.ascontiguousarray(a) for a in arrays or []]
         header = dict(msg)
         header["_arrays"] = [{"dtype": str(a.dtype), "shape": list(a.shape)} for a in arrays]
@@ -123,20 +132,17 @@ class Channel:
         r, _, _ = select.select([self._rfd], [], [], timeout_s)
         return bool(r)
 
-    def _read_into(self, buf: memoryview, at_boundary: bool, give_up: Callable[[], str | None] | None) -> None:
+    def _read_into(self, buf: memoryview, at_boundary: bool, give_up: GiveUp | None) -> None:
         got = 0
         while got < len(buf):
-            while give_up is not None and not self.poll(_STALL_POLL_S):
-                reason = give_up()
-                if reason is not None:
-                    self._lost = reason
-                    raise Stalled(reason)
+            if give_up is not None:
+                self._wait(False, give_up)
             n = os.readv(self._rfd, [buf[got:]])
             if n == 0:  # the peer is gone (mid-frame too: a truncated message is a dead worker, not a lie)
                 raise EOFError("end of file" + ("" if at_boundary and got == 0 else " inside a frame"))
             got += n
 
-    def _recv_frame(self, limit: int, what: str, give_up: Callable[[], str | None] | None) -> np.ndarray:
+    def _recv_frame(self, limit: int, what: str, give_up: GiveUp | None) -> np.ndarray:
         head = bytearray(_LEN.size)
         self._read_into(memoryview(head), at_boundary=True, give_up=give_up)
         (size,) = _LEN.unpack(head)
@@ -146,7 +152,7 @@ class Channel:
         self._read_into(buf.data, at_boundary=False, give_up=give_up)
         return buf
 
-    def recv(self, give_up: Callable[[], str | None] | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
+    def recv(self, give_up: GiveUp | None = None) -> tuple[dict[str, Any], list[np.ndarray]]:
         """Receive one message.
 
         Args:
@@ -159,8 +165,7 @@ class Channel:
             ProtocolError: the message is malformed (or an earlier read stalled and lost the stream's place).
             Stalled: ``give_up`` gave up.
         """
-        if self._lost:
-            raise ProtocolError(f"the channel lost its place when a message stalled ({self._lost})")
+        self._in_place()
         try:
             raw = self._recv_frame(MAX_JSON_BYTES, "message", give_up)
             msg = json.loads(raw.tobytes())
@@ -172,7 +177,7 @@ class Channel:
         arrays = [self._recv_array(s, give_up) for s in specs] if isinstance(specs, list) else []
         return msg, arrays
 
-    def _recv_array(self, spec: Any, give_up: Callable[[], str | None] | None) -> np.ndarray:
+    def _recv_array(self, spec: Any, give_up: GiveUp | None) -> np.ndarray:
         try:
             dtype = str(spec["dtype"])
             shape = [int(d) for d in spec["shape"]]
