@@ -169,6 +169,14 @@ def _first_use_note(quiet: bool) -> None:
         print(note, file=sys.stderr)
 
 
+def _print_episode_end(info: dict[str, Any]) -> None:
+    """What the env paid, step by step, and the shaper's per-turn credit that a trainer uses (not the same)."""
+    paid = [round(float(r), 3) for r in info["paid_rewards"]]
+    credit = [round(float(r), 3) for r in info["turn_rewards"]]
+    print(f"episode over: return {info['episode_return']:.3f}, the sum of the rewards paid per step {paid}")
+    print(f"         the shaper's per-turn credit for a trainer {credit}, loss weights {info['loss_weights']}")
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     import gymnasium as gym
 
@@ -192,7 +200,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             if first_line:
                 print(f"         feedback starts: {first_line[0][:150]}")
             if terminated or truncated:
-                print(f"episode over: return {info['episode_return']:.3f}, per-turn rewards {info['turn_rewards']}")
+                _print_episode_end(info)
                 break
     finally:
         env.close()

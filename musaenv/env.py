@@ -68,9 +68,11 @@ class KernelGenEnv(gym.Env[str, str]):
 
     Per candidate, MooreEval's score s(c) (MusaCoder eq. 2): -1 on failure or cheating, -0.5 + 0.5 q for a
     partially correct candidate, 1 + lambda * min(max(v - 1, 0), v_max) when correct. The episode reward
-    comes from a shaper, PrimeEcho by default (R = alpha s_1 + (1 - alpha) max_k s_k + b_early), paid at the
-    episode's last step (0 before it) so the return equals R. Causal shapers (``per_turn``, ``delta``) pay each
-    turn's reward at that turn. Turns with ``infra_error`` are masked (score ``None``), never failures.
+    comes from a shaper, PrimeEcho by default (R = alpha s_1 + (1 - alpha) max_k s_k + b_early), paid online:
+    with R_t the shaper's return of turns 1..t (for PrimeEcho alpha s_1 + (1 - alpha) max_{k<=t} s_k +
+    b_early(t)), step t pays R_t - R_{t-1}. After every step the rewards paid sum to the return of the turns
+    played, so the return is right whoever ends the episode (``max_turns``, ``TimeLimit``, a server session closed
+    early). Turns with ``infra_error`` are masked (score ``None``), never failures.
 
     ## Episode End
 
@@ -83,8 +85,10 @@ class KernelGenEnv(gym.Env[str, str]):
     * ``eval``: the turn's :class:`~musaenv.types.EvalResult` as a dict; ``score``: s(c) or ``None``.
     * ``feedback``: the new user message after this turn (verdict, logs, and the request to try again unless the
       episode is over): what a chat-based trainer appends to the conversation it keeps.
-    * On the last step: ``scores``, ``turn_rewards`` (per-turn rewards of the shaper), ``loss_weights``
-      (e.g. PrimeEcho trains the first turn only), ``episode_return``.
+    * The episode so far, as if it ended at this step: ``scores``, ``paid_rewards`` (the reward paid at each
+      step), ``episode_return`` (their sum: the shaper's return of the turns played), ``turn_rewards`` (the
+      shaper's per-turn credit, for trainers; PrimeEcho credits turn 1) and ``loss_weights`` (e.g. PrimeEcho
+      trains the first turn only).
 
     ## Arguments
 
@@ -176,6 +180,7 @@ class KernelGenEnv(gym.Env[str, str]):
         self._history: list[tuple[str, str]] = []
         self._scores: list[float | None] = []
         self._results: list[EvalResult] = []
+        self._paid: list[float] = []
         self._done = False
         self._obs = ""
 
@@ -255,13 +260,13 @@ class KernelGenEnv(gym.Env[str, str]):
         truncated = not terminated and turn >= self.config.max_turns
         self._done = terminated or truncated
         reward = float(self.shaper.step_reward(self._scores, self._results, done=self._done))
+        self._paid.append(reward)
         info = self._info(turn)
         info.update(eval=result.to_dict(), score=score)
         feedback = feedback_text(info["eval"], score, self.config.feedback_chars)
         self._history.append((action if isinstance(action, str) else repr(action)[:2000], feedback))
         info["feedback"] = feedback_message(feedback, self._done)
-        if self._done:
-            info.update(self._episode_summary())
+        info.update(self._episode_summary())
         if self.observation_mode == "message":
             self._obs = info["feedback"]
         elif self._done:
@@ -271,12 +276,12 @@ class KernelGenEnv(gym.Env[str, str]):
         return self._obs[:MAX_OBS_CHARS], reward, terminated, truncated, info
 
     def _episode_summary(self) -> dict[str, Any]:
-        rewards = self.shaper.episode_rewards(self._scores, self._results)
         return {
             "scores": list(self._scores),
-            "turn_rewards": rewards,
+            "paid_rewards": list(self._paid),
+            "episode_return": float(sum(self._paid)),
+            "turn_rewards": self.shaper.episode_rewards(self._scores, self._results),
             "loss_weights": self.shaper.loss_weights(self._scores),
-            "episode_return": float(sum(rewards)),
         }
 
     def render(self) -> str | None:

@@ -11,8 +11,14 @@ Semantics of the outputs, shared by every shaper:
   Shapers whose rewards already include future turns (``kevin``, ``tcpo``) are meant to be used per turn as they
   are; for the others a trainer may form returns-to-go itself.
 * ``loss_weights(scores)[k]`` says whether turn k's tokens enter the policy-gradient loss (and with what weight).
-* ``causal`` is True when turn k's reward depends only on turns <= k, so an env may pay it at step k; otherwise an
-  env pays 0 until the episode ends and then the whole return (:meth:`RewardShaper.step_reward` does this).
+* ``causal`` is True when turn k's credit depends only on turns <= k (a statement about credit assignment).
+* ``online`` is True when the return of the turns played so far is the shaper's return had the episode ended there
+  (every built-in shaper). An env then pays online: at step t it pays R_t - R_{t-1}, R_t the return of turns 1..t
+  (:meth:`RewardShaper.step_reward`), so after every step the rewards paid sum to the return of the turns played,
+  whoever ends the episode (the env itself, ``gymnasium.wrappers.TimeLimit``, a server session closed early). The
+  rewards paid per step are not the per-turn credit: PrimeEcho's credit sits on turn 1, its payments follow R_t.
+  A shaper with ``online = False`` is paid 0 until the env's own last step and then its whole return; an episode
+  ended from outside before that returns 0.
 """
 
 from __future__ import annotations
@@ -112,7 +118,10 @@ class RewardShaper(abc.ABC):
 
     Class attributes:
         name: Registry name.
-        causal: Turn k's reward depends only on turns <= k.
+        causal: Turn k's credit depends only on turns <= k.
+        online: The return of a prefix of turns is the return had the episode ended there, so an env pays
+            R_t - R_{t-1} at step t (:meth:`step_reward`). Set False only for a rule whose return is defined for
+            whole episodes alone; the env then pays it at its own last step, and a truncation from outside pays 0.
         needs_group: :meth:`group_rewards` differs from :meth:`episode_rewards` applied to each episode.
         uses_results: The shaper reads ``EvalResult`` fields (stage, speedup) when given; without them it derives
             what it needs from the scores (documented per shaper).
@@ -120,6 +129,7 @@ class RewardShaper(abc.ABC):
 
     name: ClassVar[str] = ""
     causal: ClassVar[bool] = False
+    online: ClassVar[bool] = True
     needs_group: ClassVar[bool] = False
     uses_results: ClassVar[bool] = False
 
@@ -175,17 +185,33 @@ class RewardShaper(abc.ABC):
             )
         return [self.episode_rewards(g, None if results is None else results[i]) for i, g in enumerate(groups)]
 
-    def step_reward(self, scores: Scores, results: Results | None = None, *, done: bool) -> float:
+    def step_reward(self, scores: Scores, results: Results | None = None, *, done: bool = False) -> float:
         """Reward an env pays at the latest turn, given the scores so far.
 
-        Causal shapers pay turn k's reward at step k. Others pay 0 until ``done`` and then the whole return, so
-        that over an episode the env pays exactly :meth:`episode_return`.
+        Online shapers pay R_t - R_{t-1}, R_t being :meth:`episode_return` of turns 1..t, so the rewards paid
+        after any step sum to the return of the turns played (``done`` is not needed). A shaper that is not
+        online pays 0 until ``done`` and then the whole return.
         """
         if not scores:
             raise ConfigError("reward shaper: step_reward needs the scores of at least one turn.")
-        if self.causal:
-            return self.episode_rewards(scores, results)[-1]
+        if self.online:
+            before = self.episode_return(scores[:-1], None if results is None else results[:-1])
+            return self.episode_return(scores, results) - before
         return self.episode_return(scores, results) if done else 0.0
+
+    def paid_rewards(self, scores: Scores, results: Results | None = None, *, done: bool = True) -> list[float]:
+        """What an env pays at each step of an episode with these turns (:meth:`step_reward` step by step).
+
+        Args:
+            scores: s_1..s_t of the turns played.
+            results: Their records, or ``None``.
+            done: Whether the env itself ended the episode at turn t (matters only for shapers not online).
+        """
+        n = len(scores)
+        return [
+            self.step_reward(scores[: k + 1], None if results is None else results[: k + 1], done=done and k == n - 1)
+            for k in range(n)
+        ]
 
     def params(self) -> dict[str, Any]:
         """The shaper's parameters (JSON-safe), for logs and reproducibility."""

@@ -39,9 +39,14 @@ class PrimeEchoShaper(_FirstTurnAnchored):
     (default 1.0: the candidate is correct). The anchor on s_1 is what makes "fail on purpose at turn 1, fix at
     turn 2" worse than succeeding at once; a pure best-of-turns reward (``best``) pays both the same.
 
-    R is paid on turn 1, the turn the paper trains; later turns get 0 and loss weight 0. If turn 1 is masked
-    (infra error), the first unmasked turn takes its role (its tokens are the trained ones), and "turn 2" is the
-    next unmasked turn.
+    R's credit sits on turn 1, the turn the paper trains; later turns get credit 0 and loss weight 0. If turn 1 is
+    masked (infra error), the first unmasked turn takes its role (its tokens are the trained ones), and "turn 2" is
+    the next unmasked turn.
+
+    An env pays it online: R_t = alpha * s_1 + (1 - alpha) * max_{k<=t} s_k + b_early(t) is the return of turns
+    1..t, and step t pays R_t - R_{t-1} (>= 0 after turn 1: R_t never falls). An episode cut after a failed
+    turn 1 (``TimeLimit``, a closed session) returns R_1 = s_1, no more than any episode with that first turn; a
+    ``format_error`` episode returns -1, the least any episode can.
 
     Args:
         alpha: Weight of the first turn's score, in [0, 1]. 0.75 is the paper's value.
@@ -91,7 +96,7 @@ class PrimeEchoShaper(_FirstTurnAnchored):
 
 @register_shaper
 class BestShaper(_FirstTurnAnchored):
-    """Best-of-turns: R = max_k s_k, paid on turn 1 like PrimeEcho (PrimeEcho with alpha = 0 and no bonus).
+    """Best-of-turns: R = max_k s_k, credited to turn 1 like PrimeEcho (PrimeEcho with alpha = 0 and no bonus).
 
     The baseline that MusaCoder's PrimeEcho ablation replaces (arXiv 2606.04847, sec. on eq. 9): it pays
     "fail at turn 1, fix at turn 2" as much as "succeed at turn 1", which invites deliberate first-turn failures.
@@ -106,9 +111,10 @@ class BestShaper(_FirstTurnAnchored):
 
 @register_shaper
 class LastShaper(RewardShaper):
-    """Final-turn reward: R = s_T, paid on the last turn; every turn is trained.
+    """Final-turn reward: R = s_T, credited to the last turn; every turn is trained.
 
-    The common outcome reward of multi-turn agents: only where the episode ends counts.
+    The common outcome reward of multi-turn agents: only where the episode ends counts. Paid online, step t pays
+    s_t - s_{t-1} (as ``delta``), so an episode cut at turn t returns s_t.
     """
 
     name = "last"

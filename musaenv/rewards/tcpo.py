@@ -32,6 +32,10 @@ __all__ = ["TCPOShaper"]
 class TCPOShaper(RewardShaper):
     """TCPO retrospective + hindsight turn credit (arXiv 2608.01667); group-aware, not causal.
 
+    An env paying it online pays the lone-episode return (retrospective credit of the turns played): the hindsight
+    term needs the other episodes of the prompt, so no env can pay it. A group trainer re-shapes the episodes it
+    collected with :meth:`group_rewards`; an episode cut early enters the group with the turns it played.
+
     Args:
         improve_weight: w_imp, weight of the improvement over the best prior turn (>= 0; open, default 1.0).
         preserve_weight: w_pres, credit for keeping a success (>= 0; open, default 0.1, "small" in the paper).

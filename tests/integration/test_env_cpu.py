@@ -151,7 +151,7 @@ def test_episode_rewards_follow_primeecho(evaluator):
     obs, info = env.reset(seed=0)
     assert "class Model" in obs and info["turn"] == 0
     obs, r1, term, trunc, info = env.step(COMPILE_ERROR_CANDIDATE)
-    assert (r1, term, trunc) == (0.0, False, False)
+    assert (r1, term, trunc) == (-1.0, False, False)  # paid online: R_1 = 0.75 s_1 + 0.25 s_1
     assert info["eval"]["stage"] == "compile_error" and info["score"] == -1.0
     assert "Verifier feedback on attempt 1" in obs and "compile_error" in obs
     obs, r2, term, trunc, info = env.step(hazard_candidate("relu_ok"))
@@ -160,8 +160,9 @@ def test_episode_rewards_follow_primeecho(evaluator):
     assert s2 is not None and s2 >= 1.0
     # PrimeEcho: R = 0.75 * s1 + 0.25 * max(s1, s2) + B2 (turn 1 failed, turn 2 succeeded)
     expected = 0.75 * -1.0 + 0.25 * s2 + 0.1
-    assert r2 == pytest.approx(expected)
-    assert info["episode_return"] == pytest.approx(expected)
+    assert r2 == pytest.approx(expected - r1)  # R_2 - R_1
+    assert info["episode_return"] == pytest.approx(expected) == r1 + r2
+    assert info["paid_rewards"] == [r1, r2] and info["turn_rewards"] == pytest.approx([expected, 0.0])
     assert info["loss_weights"] == [1.0, 0.0]
     env.close()
 

@@ -93,8 +93,9 @@ def test_concurrent_websocket_sessions_get_their_own_episodes(server: str) -> No
         assert state.step_count == 1 and state.task_id == "l1_relu" and state.scores == [step.observation.score]
         if verdicts[i] == "correct":  # PrimeEcho pays the whole return at the first-turn success
             assert step.done and step.reward == step.observation.episode_return > 1.0
-        else:  # a failed first turn of two: no reward yet, the feedback asks for another try
-            assert not step.done and step.reward == 0.0 and "answer again" in (step.observation.feedback or "")
+        else:  # a failed first turn of two: PrimeEcho's R_1 = s_1 = -1 paid at once, the feedback asks again
+            assert not step.done and step.reward == -1.0 and "answer again" in (step.observation.feedback or "")
+            assert step.observation.episode_return == -1.0 and state.episode_return == -1.0
 
 
 def test_openenv_generic_client_and_the_http_endpoints(server: str) -> None:
@@ -110,6 +111,24 @@ def test_openenv_generic_client_and_the_http_endpoints(server: str) -> None:
     req = urllib.request.Request(f"{server}/step", body, {"Content-Type": "application/json"})
     one_shot = json.loads(urllib.request.urlopen(req, timeout=60).read())  # stateless HTTP: a fresh env per request
     assert one_shot["observation"]["task_id"] == "l1_add" and one_shot["observation"]["verdict"] == "format_error"
+    # A one-shot step is the whole episode for its client: its reward is the return, -1 (was 0.0, more than the
+    # -0.4 of an episode repaired at turn 2).
+    assert one_shot["reward"] == -1.0 and one_shot["observation"]["episode_return"] == -1.0
+
+
+def test_websocket_session_closed_after_turn_1_returns_what_the_shaper_gives_turn_1(server: str) -> None:
+    from musaenv.rewards import make_shaper
+
+    with KernelGenClient(base_url=server, message_timeout_s=300).sync() as env:
+        env.reset(task="l1_relu", seed=5)
+        cut = env.step(KernelGenAction(code="no code in this answer"))
+    assert not cut.done and cut.reward == make_shaper("primeecho").episode_return([-1.0]) == -1.0
+    with KernelGenClient(base_url=server, message_timeout_s=300).sync() as env:
+        env.reset(task="l1_relu", seed=6)
+        steps = [env.step(KernelGenAction(code=c)) for c in ("no code here", hazard_candidate("relu_ok"))]
+    repaired = sum(float(s.reward or 0.0) for s in steps)
+    assert steps[-1].done and repaired == pytest.approx(steps[-1].observation.episode_return)
+    assert cut.reward < repaired
 
 
 def test_musaenv_serve_command(tmp_path: Any) -> None:

@@ -35,13 +35,15 @@ def test_registered_and_a_failed_then_correct_episode(make) -> None:
     prompt, meta = env.init(row["prompt"])
     assert prompt == row["prompt"] and meta == {"task_id": "l1_relu"}
     out = env.step("no code in this answer")
-    assert not out["done"] and out["reward"] == 0.0  # PrimeEcho pays at the episode's end
+    assert not out["done"] and out["reward"] == -1.0  # PrimeEcho pays online: R_1 = s_1 if SkyRL stops here
+    first = out["reward"]
     (msg,) = out["observations"]
     assert msg["role"] == "user" and msg["content"].startswith("Verdict: format_error")
     out = env.step(hazard_candidate("relu_ok"))
     assert out["done"] and out["observations"] == [] and out["metadata"]["eval"]["stage"] == "correct"
     # PrimeEcho (alpha 0.75): the failed first turn weighs most, the later success lifts it above -1
-    assert out["reward"] == pytest.approx(out["metadata"]["episode_return"]) and -1.0 < out["reward"] < 0
+    ret = first + out["reward"]
+    assert ret == pytest.approx(out["metadata"]["episode_return"]) and -1.0 < ret < 0
     assert env.get_metrics() == {"turns": 2, "first_score": -1.0, "solved": 1.0}
     env.close()
 

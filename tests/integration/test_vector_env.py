@@ -30,7 +30,7 @@ def test_async_make_vec_carries_full_text_observations() -> None:
         assert list(obs) == [expected, expected]
         obs, rewards, terminated, truncated, info = envs.step(["no code here", "still no code"])
         assert all("Verifier feedback on attempt 1" in o and "format_error" in o for o in obs)  # not stale
-        assert list(rewards) == [0.0, 0.0] and not terminated.any() and not truncated.any()
+        assert list(rewards) == [-1.0, -1.0] and not terminated.any() and not truncated.any()  # PrimeEcho's R_1
         assert list(info["eval"]["stage"]) == ["format_error", "format_error"]
     finally:
         envs.close()
@@ -46,7 +46,7 @@ def test_default_make_vec_shares_one_evaluator() -> None:
         assert len(evaluators) == 1
         assert isinstance(envs.envs[0].unwrapped.evaluator, EvaluatorPool)
         _, rewards, _, _, info = envs.step(["x", "y", "z"])
-        assert np.all(rewards == 0.0) and list(info["eval"]["stage"]) == ["format_error"] * 3
+        assert np.all(rewards == -1.0) and list(info["eval"]["stage"]) == ["format_error"] * 3
     finally:
         envs.close()
 

@@ -61,7 +61,9 @@ class KernelGenObservation(Observation):
     verdict: str | None = None
     score: float | None = None
     eval: dict[str, Any] | None = Field(default=None, description="The turn's EvalResult as a dict")
-    episode_return: float | None = Field(default=None, description="The shaped return, on the last step")
+    episode_return: float | None = Field(
+        default=None, description="The shaped return of the turns played so far: the sum of the rewards paid"
+    )
 
 
 class KernelGenState(State):

@@ -55,8 +55,8 @@ class DiscreteKernelEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Reward
 
-    KernelGen-v0's shaped reward for the step (PrimeEcho by default: 0 until the last step, which pays the
-    episode return).
+    KernelGen-v0's shaped reward for the step, paid online (PrimeEcho by default: step t pays R_t - R_{t-1}), so
+    the rewards so far sum to the shaper's return of the turns played, also under ``TimeLimit``.
 
     ## Episode End
 
@@ -64,7 +64,7 @@ class DiscreteKernelEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Info keys
 
-    KernelGen-v0's info (``task_id``, ``turn``, ``eval``, ``score``, and on the last step ``episode_return``,
+    KernelGen-v0's info (``task_id``, ``turn``, ``eval``, ``score``, ``paid_rewards``, ``episode_return``,
     ``turn_rewards``, ...) plus ``program``, the name of the submitted program.
 
     ## Arguments

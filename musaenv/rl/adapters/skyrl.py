@@ -13,7 +13,8 @@ trajectory, calls ``init(prompt)`` with the row's chat ``prompt``, then ``step(r
     out = env.step(reply)                        # {"observations": [feedback message], "reward", "done", ...}
 
 SkyRL-gym 0.4 has no plugin entry points, so the import (or :func:`register_skyrl_env`) must come first. The
-reward is the env's shaped reward per turn (PrimeEcho: its whole return on the last turn, 0 before). Every
+reward is the env's shaped reward per turn, paid online (PrimeEcho: R_t - R_{t-1}), so a trajectory SkyRL cuts
+short still sums to the shaper's return of its turns (``metadata["episode_return"]`` on every step). Every
 instance with the same settings shares one :class:`~musaenv.evaluator.pool.EvaluatorPool` (SkyRL runs many
 trajectories at once).
 """
@@ -107,9 +108,9 @@ class KernelGenSkyRLEnv(BaseTextEnv):
         self.verdicts.append(info["eval"]["stage"])
         done = bool(terminated or truncated)
         observations = [] if done else [{"role": "user", "content": info["feedback"]}]
-        metadata = {"eval": info["eval"], "score": info["score"], "task_id": info["task_id"]}
-        if done:
-            metadata["episode_return"] = info["episode_return"]
+        # The env pays online, so the rewards so far sum to episode_return whether the env or SkyRL ends the episode.
+        metadata = {"eval": info["eval"], "score": info["score"], "task_id": info["task_id"],
+                    "episode_return": info["episode_return"]}  # fmt: skip
         return BaseTextEnvStepOutput(observations=observations, reward=float(reward), done=done, metadata=metadata)
 
     def get_metrics(self) -> dict[str, Any]:

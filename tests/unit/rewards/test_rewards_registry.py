@@ -110,12 +110,55 @@ def test_causal_shapers_do_not_look_ahead(name: str, episode: list[float | None]
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("episode", EPISODES)
-def test_step_rewards_sum_to_episode_return(name: str, episode: list[float | None]) -> None:
+def test_every_shaper_pays_online(name: str, episode: list[float | None]) -> None:
+    # After every step, what was paid sums to the return of the turns played: right whoever ends the episode.
     shaper = make_shaper(name)
-    paid = [shaper.step_reward(episode[: k + 1], done=k == len(episode) - 1) for k in range(len(episode))]
-    assert math.fsum(paid) == pytest.approx(shaper.episode_return(episode))
-    if not shaper.causal:
-        assert paid[:-1] == [0.0] * (len(episode) - 1)
+    assert shaper.online
+    paid = [shaper.step_reward(episode[: k + 1]) for k in range(len(episode))]
+    assert paid == shaper.paid_rewards(episode)
+    for t in range(1, len(episode) + 1):
+        assert math.fsum(paid[:t]) == pytest.approx(shaper.episode_return(episode[:t]), abs=1e-12)
+    if shaper.causal:  # a causal shaper's payment is its credit
+        assert paid == pytest.approx(shaper.episode_rewards(episode))
+
+
+def test_primeecho_pays_r_t_minus_r_t_minus_1() -> None:
+    prime = make_shaper("primeecho")
+    # R_1 = -1; R_2 = 0.75(-1) + 0.25(1.0) + B2 = -0.4; R_3 = -0.75 + 0.25(1.4) + 0.1 = -0.3.
+    assert prime.paid_rewards([-1.0, 1.0]) == pytest.approx([-1.0, 0.6])
+    assert prime.paid_rewards([-1.0, 1.0, 1.4]) == pytest.approx([-1.0, 0.6, 0.1])
+    assert prime.paid_rewards([1.4]) == pytest.approx([1.6])  # 1.4 + B1
+    assert prime.episode_rewards([-1.0, 1.0]) == pytest.approx([-0.4, 0.0])  # the credit stays on turn 1
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_failed_episode_cut_early_never_out_earns_one_repaired_at_the_same_length(name: str) -> None:
+    shaper = make_shaper(name)
+    for t in (1, 2, 3):
+        failed = [-1.0] * t
+        for fix in (1.0, 1.4, 2.0):
+            assert shaper.episode_return(failed) <= shaper.episode_return([-1.0] * (t - 1) + [fix])
+    if name in ("primeecho", "best", "delta", "last"):  # these return -1 for any all-failed prefix: the least
+        low = min(shaper.episode_return(e) for e in EPISODES)
+        for t in (1, 2, 3):
+            assert shaper.episode_return([-1.0] * t) == pytest.approx(-1.0)
+            assert shaper.episode_return([-1.0] * t) <= low + 1e-12
+
+
+def test_a_shaper_that_is_not_online_pays_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+
+    @register_shaper
+    class WholeEpisodes(RewardShaper):
+        name = "test_whole"
+        online = False
+
+        def _shape(self, scores: list[float], results: list[EvalResult | None] | None) -> list[float]:
+            return [sum(scores)] + [0.0] * (len(scores) - 1)
+
+    shaper = make_shaper("test_whole")
+    assert shaper.paid_rewards([1.0, 2.0]) == [0.0, 3.0]
+    assert shaper.paid_rewards([1.0, 2.0], done=False) == [0.0, 0.0]  # cut from outside: nothing paid
 
 
 @pytest.mark.parametrize("name", ALL)

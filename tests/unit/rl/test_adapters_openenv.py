@@ -58,12 +58,14 @@ def test_reset_then_a_format_error_step(server) -> None:
         "scores": [],
     }
     status, step = call(base, "POST", "/step", {"action": {"code": "I have no code yet."}})
-    assert status == 200 and step["done"] is False and step["reward"] == 0.0
+    assert status == 200 and step["done"] is False and step["reward"] == -1.0  # PrimeEcho online: R_1 = s_1
+    assert call(base, "GET", "/state")[1]["episode_return"] == -1.0  # right if the client stops here
     assert step["observation"]["verdict"] == "format_error" and step["observation"]["score"] == -1.0
     assert "Verdict: format_error" in step["observation"]["feedback"]
     assert step["metadata"]["eval"]["stage"] == "format_error"
     status, last = call(base, "POST", "/step", {"action": {"code": "still nothing"}})
-    assert last["done"] is True and last["reward"] == pytest.approx(-1.0)  # PrimeEcho on (-1, -1)
+    assert last["done"] is True and last["reward"] == pytest.approx(0.0)  # PrimeEcho on (-1, -1): R_2 = R_1
+    assert last["metadata"]["episode_return"] == pytest.approx(-1.0)
     state = call(base, "GET", "/state")[1]
     assert state["step_count"] == 2 and state["done"] is True and state["scores"] == [-1.0, -1.0]
     assert call(base, "POST", "/step", {"action": {"code": "x"}})[0] == 409  # episode over: reset first

@@ -85,7 +85,7 @@ def test_reward_is_the_env_shaped_reward_and_early_success_pays_more() -> None:
     env, _ = make_env(max_turns=3)
     env.reset(seed=1, options={"task": "l1_relu"})
     _, r1, term, _, _ = env.step(NAMES.index("broken"))
-    assert r1 == 0.0 and not term  # PrimeEcho pays at the episode's last step
+    assert r1 == pytest.approx(-1.0) and not term  # PrimeEcho pays online: R_1 = s_1 for a failed turn 1
     _, r2, term, _, info = env.step(NAMES.index("fast"))
     assert term
     assert r1 + r2 == pytest.approx(info["episode_return"])
