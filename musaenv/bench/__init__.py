@@ -3,7 +3,9 @@
 * :mod:`musaenv.bench.metrics`: pass@k, fast_p, Avg@k, geometric-mean speedup (pure Python, no torch);
 * :mod:`musaenv.bench.inputs`: read a JSONL of generations or a KernelBench generations folder;
 * :mod:`musaenv.bench.runner`: evaluate them through the pool (or Ray), resumable, with duplicates evaluated once;
-* :mod:`musaenv.bench.report`: ``summary.json``, ``summary.md``, plots, and the comparison of two runs.
+* :mod:`musaenv.bench.report`: ``summary.json``, ``summary.md``, plots, and the comparison of two runs;
+* :mod:`musaenv.bench.compare` (with :mod:`musaenv.bench.stats`): the paired tests that decide whether two runs
+  differ, per task and overall (pure Python).
 
 See docs/bench.md for each metric's formula.
 """

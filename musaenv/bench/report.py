@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from musaenv.bench.compare import ALPHA, MARGIN, compare_dirs, comparison_markdown
 from musaenv.bench.metrics import Outcome, summarize
 from musaenv.bench.store import RUN_FILE, ResultStore
 from musaenv.errors import MusaEnvError
@@ -121,35 +122,19 @@ def summary_markdown(s: dict[str, Any], title: str = "musaenv bench", plots: Seq
     return "\n".join(lines) + "\n"
 
 
-def _task_verdict(a: dict[str, Any] | None, b: dict[str, Any] | None) -> str:
-    """Which run did better on a task: more correct samples (as a fraction), then the faster best sample."""
-    if a is None or b is None:
-        return "only A" if b is None else "only B"
-    ra, rb = a["correct"] / a["n"], b["correct"] / b["n"]
-    if ra != rb:
-        return "A" if ra > rb else "B"
-    sa, sb = a.get("best_speedup"), b.get("best_speedup")
-    if sa is not None and sb is not None and sa != sb:
-        return "A" if sa > sb else "B"
-    return "same"
+def compare_runs(dir_a: str | Path, dir_b: str | Path, *, alpha: float = ALPHA, margin: float = MARGIN) -> str:
+    """Two run folders side by side (Markdown): every metric, then the paired comparison per task and overall.
 
-
-def compare_runs(dir_a: str | Path, dir_b: str | Path) -> str:
-    """Two run folders side by side (Markdown): every metric, then per task which run is better and why."""
+    The metrics are each run's own; whether the runs differ is decided only by the paired tests of
+    :mod:`musaenv.bench.compare` (same samples in both runs), never by comparing the metrics' values.
+    """
     a, b = load_summary(dir_a), load_summary(dir_b)
     lines = [f"# A = {dir_a}, B = {dir_b}", "", "| metric | A | B |", "| --- | --- | --- |"]
     rows_b = dict(_metric_rows(b))
     lines += [f"| {k} | {v} | {rows_b.get(k, '-')} |" for k, v in _metric_rows(a)]
     lines += [f"| {k} | - | {v} |" for k, v in _metric_rows(b) if k not in dict(_metric_rows(a))]
-    ta, tb = a.get("per_task", {}), b.get("per_task", {})
-    verdicts = {t: _task_verdict(ta.get(t), tb.get(t)) for t in sorted(set(ta) | set(tb))}
-    counts = {v: sum(1 for x in verdicts.values() if x == v) for v in ("A", "B", "same", "only A", "only B")}
-    lines += ["", "## Per task", "", ", ".join(f"{k}: {v}" for k, v in counts.items() if v), ""]
-    lines += ["| task | A correct/n | A best speedup | B correct/n | B best speedup | better |"]
-    lines.append("| --- | --- | --- | --- | --- | --- |")
-    for t, v in verdicts.items():
-        cells = []
-        for side in (ta.get(t), tb.get(t)):
-            cells += ["-", "-"] if side is None else [f"{side['correct']}/{side['n']}", _fmt(side.get("best_speedup"))]
-        lines.append(f"| {t} | {' | '.join(cells)} | {v} |")
-    return "\n".join(lines) + "\n"
+    comparison = compare_dirs(dir_a, dir_b, alpha=alpha, margin=margin)
+    if not comparison.overall.pairs:
+        lines += ["", "No sample is scored in both runs (paired by task and sample): no paired comparison."]
+        return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + comparison_markdown(comparison)

@@ -80,7 +80,7 @@ def test_bench_without_compiling_and_usage_errors(tmp_path: Path, capsys: pytest
     assert main(["bench", "compare", str(tmp_path / "out")]) == 2
     assert "--resume" in capsys.readouterr().err
     assert main(["bench", "compare", str(tmp_path / "out"), str(tmp_path / "out")]) == 0
-    assert "same: 1" in capsys.readouterr().out
+    assert "**Overall**: no difference: the same responses in both runs." in capsys.readouterr().out
 
 
 @pytest.mark.slow

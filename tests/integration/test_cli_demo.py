@@ -29,7 +29,7 @@ def test_demo_runs_a_repaired_episode(tmp_path: Path) -> None:
     end = out.stdout.split("episode over: return ", 1)[1]
     # The return printed is the sum of what the env paid per step, and those are the rewards printed per turn.
     paid = [float(x) for x in end.split("paid per step [", 1)[1].split("]", 1)[0].split(",")]
-    turns = [float(line.split("reward ", 1)[1].split(",", 1)[0]) for line in out.stdout.splitlines()
+    turns = [float(line.split("reward ", 1)[1].split()[0].rstrip(",")) for line in out.stdout.splitlines()
              if line.startswith("turn ") and "reward " in line]  # fmt: skip
     assert paid == pytest.approx(turns, abs=1e-3) and paid[0] == -1.0
     assert float(end.split(",", 1)[0]) == pytest.approx(sum(paid), abs=2e-3)

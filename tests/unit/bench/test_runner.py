@@ -142,6 +142,10 @@ def test_reports_plots_and_compare(tmp_path: Path) -> None:
     md = (tmp_path / "a" / "summary.md").read_text()
     assert "| pass@2 |" in md and "pass@4" not in md and "fast_1.1 (vs eager)" in md and "![fast_p](fast_p.png)" in md
     text = compare_runs(tmp_path / "a", tmp_path / "b")  # b has no summary.json yet: computed from its rows
-    assert "| l1_relu | 3/5 | 1.500 | 5/5 | 3.000 | B |" in text
-    assert "| l1_add | 1/3 | 2.500 | 0/4 | - | A |" in text
-    assert "A: 1, B: 1" in text
+    # Paired by sample: l1_relu's 2 extra correct samples in B and its 3 faster ones are too few to tell noise
+    # from a difference (sign test p = 0.5, 1 after Holm; t test on 3 log ratios p = 0.1); l1_add's "raise" sample
+    # (infra_error) is not paired.
+    assert "| l1_relu | 5 (0) | 3 | 5 | 1 | 2.88 (0.60-13.94), n=3 | 0.102 | no significant difference |" in text
+    assert "| l1_add | 3 (0) | 1 | 0 | 1 | - | - | no significant difference |" in text
+    assert "Tasks with a significant difference: none." in text
+    assert "**Overall**: no significant difference." in text
