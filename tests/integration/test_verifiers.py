@@ -107,3 +107,30 @@ def test_an_episode_without_a_reply_scores_like_the_worst_verdict(monkeypatch: p
     assert worst == pytest.approx(-1.0)
     assert trace.rewards["kernelgen_return"].score == pytest.approx(worst) == trace.reward
     assert trace.metrics["submissions"] == 0.0
+
+
+def test_an_agent_stopped_after_one_failed_reply_gets_that_turns_return(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The agent's own turn limit, not the env, ends the episode after turn 1: the return is the shaper's return of
+    # that one format_error turn (-1 under PrimeEcho), below the repaired episode of the first test.
+    monkeypatch.setenv("PATH", _path_with_uv())
+    monkeypatch.setenv("MUSAENV_STUB_KEY", "sk-local-stub")
+    with ChatStub(lambda messages: PROSE) as stub:
+        taskset = {"id": TASKSET_ID, "tasks": ["l1_relu"], "eval_config": FAST}
+        config = vf.resolve_env_config({"taskset": taskset, "agent": {"max_turns": 1}})
+        env = vf.load_environment(config)
+        client = vf.EvalClientConfig(base_url=stub.base_url, api_key_var="MUSAENV_STUB_KEY")
+        ctx = vf.ModelContext(client=client, model="stub-model", sampling=vf.SamplingConfig())
+
+        async def one_episode() -> Any:
+            async with env.serving():
+                return await env.run_episode(next(iter(env.taskset)), ctx)
+
+        episode = asyncio.run(one_episode())
+    (trace,) = episode.traces
+    record = trace.info["musaenv"]
+    assert record["verdicts"] == ["format_error"] and not record["done"]
+    cut = _expected_return([{"score": -1.0, "eval": {"stage": "format_error", "task_id": "l1_relu"}}], max_turns=3)
+    assert trace.rewards["kernelgen_return"].score == pytest.approx(cut) == record["episode_return"] == -1.0
+    repaired = [{"score": -1.0, "eval": {"stage": "format_error", "task_id": "l1_relu"}},
+                {"score": 1.0, "eval": {"stage": "correct", "task_id": "l1_relu"}}]  # fmt: skip
+    assert record["episode_return"] < _expected_return(repaired, max_turns=3)

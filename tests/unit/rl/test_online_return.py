@@ -149,3 +149,13 @@ def test_sb3_env_under_time_limit() -> None:
     prose = inner.pool.names.index("prose")
     _, reward, _, truncated, info = env.step(prose)
     assert truncated and reward == pytest.approx(-1.0) == info["episode_return"]
+
+
+def test_musaenv_rollout_under_time_limit_keeps_the_shapers_credit() -> None:
+    from musaenv.rl.protocol import Generation
+    from musaenv.rl.rollout import run_episode
+
+    env = TimeLimit(KernelGenEnv(task="l1_relu", max_turns=3, evaluator=ScriptedEvaluator()), max_episode_steps=1)
+    episode = run_episode(env, policy=None, task_id="l1_relu", seed=0, first=Generation(NO_CODE))  # type: ignore[arg-type]
+    assert [t.reward for t in episode.turns] == [-1.0] and [t.loss_weight for t in episode.turns] == [1.0]
+    assert episode.return_ == make_shaper("primeecho").episode_return([-1.0])
