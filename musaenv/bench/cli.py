@@ -115,6 +115,10 @@ def add_bench_subparser(sub: Any) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--no-plots", action="store_true", help="no PNG plots")
     b.add_argument("--quiet", action="store_true", help="no progress display")
+    b.add_argument("--alpha", type=float, default=0.05,
+                   help="with `compare`: level of the paired tests (per-task tests Holm-adjusted)")  # fmt: skip
+    b.add_argument("--margin", type=float, default=0.05,
+                   help="with `compare`: smallest speed ratio change reported, 0.05 = 5 %%")  # fmt: skip
     b.add_argument("--progress-interval", type=float, default=30.0, metavar="S",
                    help="seconds between progress lines when not on a terminal")  # fmt: skip
     b.set_defaults(func=_cmd_bench)
@@ -160,7 +164,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise MusaEnvError(f"usage: musaenv bench compare DIR_A DIR_B (found {len(args.dirs)} folders)")
     from musaenv.bench.report import compare_runs
 
-    print(compare_runs(*args.dirs), end="")
+    if not 0 < args.alpha < 1 or args.margin < 0:
+        raise MusaEnvError(f"--alpha: expected 0 < alpha < 1, --margin >= 0; found {args.alpha}, {args.margin}")
+    print(compare_runs(*args.dirs, alpha=args.alpha, margin=args.margin), end="")
     return 0
 
 

@@ -124,3 +124,20 @@ def test_compare_runs_prints_the_paired_table(tmp_path: Path) -> None:
     assert "## Paired comparison" in text and "**Overall**: no difference: the same responses in both runs" in text
     assert "| l1_task0 | 5 (5) | 5 | 5 |" in text
     assert "Tasks with a significant difference: none." in text
+
+
+def test_compare_command_takes_the_level_and_margin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from musaenv.cli import main
+
+    rng = random.Random(5)
+    true = _truth(rng, samples=10)
+    for name, shift, suffix in (("a", 1.0, ""), ("b", 1.3, "-b")):
+        store = ResultStore(tmp_path / name)
+        store.open({"config": {"timing": {"baseline": "eager"}}}, resume=False)
+        for row in _run(rng, true, 0.05, shift=shift, suffix=suffix):
+            store.append(row)
+    assert main(["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert "**Overall**: B faster 1.3" in capsys.readouterr().out
+    assert main(["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--margin", "0.5"]) == 0
+    assert "**Overall**: no significant difference." in capsys.readouterr().out  # 30 % is below a 50 % margin
+    assert main(["bench", "compare", str(tmp_path / "a"), str(tmp_path / "b"), "--alpha", "2"]) == 2
