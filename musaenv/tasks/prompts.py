@@ -39,7 +39,14 @@ BACKEND_NOTES = {
     "functions=[...]). Launch them on the current stream.",
     "musa": "Write MUSA kernels (CUDA-like kernel language) and build them with torch_musa's load_inline "
     "(musa_sources=...). Launch them on the current MUSA stream.",
-    "triton": "Write Triton kernels (@triton.jit) and launch them from forward as kernel[grid](...).",
+    "triton": """Write Triton kernels (@triton.jit, optionally @triton.autotune) and launch them from forward as
+kernel[grid](...). Every call of forward must launch at least one of your own kernels: a forward that launches
+none (a PyTorch fallback path, for example) is refused, whatever the policy. Write for CUDA tensors as usual:
+where no GPU is present the kernels run in Triton's interpreter on the CPU, with x.is_cuda, x.device ("cuda:0"),
+device="cuda" allocations, .cuda()/.to("cuda"), torch.cuda.is_available/device_count/current_device/synchronize
+and triton.runtime.driver.active.get_active_torch_device() working as on a GPU (autotuning keeps the first
+config there). Other torch.cuda calls (device properties, streams, events) and bfloat16 arithmetic inside a
+kernel cannot run in the interpreter: such an answer is not scored there (needs a GPU).""",
     "cupy": """Write CUDA kernels as source strings compiled by CuPy (NVRTC): build them with
 cupy.RawModule(code=SRC) (take each kernel with module.get_function("name")) or cupy.RawKernel(SRC, "name"),
 and launch them from forward as kernel(grid, block, args) on torch CUDA tensors: pass the tensors themselves
