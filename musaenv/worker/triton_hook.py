@@ -24,6 +24,7 @@ Installed in the candidate worker before the candidate is imported (and before t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterator
@@ -64,12 +65,15 @@ class _InterpreterDriver:
         raise NeedsGpuError(f"triton.runtime.driver.active.{name} needs a GPU driver; the CPU interpreter has none")
 
 
-def _counted_run(run: Callable[..., Any], calls: KernelCalls, mine: Callable[[Any], bool]) -> Callable[..., Any]:
+def _counted_run(
+    run: Callable[..., Any], calls: KernelCalls, mine: Callable[[Any], bool], plain: bool
+) -> Callable[..., Any]:
     @functools.wraps(run)
     def counted_run(self: Any, *args: Any, grid: Any, warmup: Any, **kwargs: Any) -> Any:
         if warmup or not mine(self):
             return run(self, *args, grid=grid, warmup=warmup, **kwargs)
-        with torch._C.DisableTorchFunction():  # the interpreter and the call hook see plain CPU tensors
+        # Under the CUDA view, the interpreter and the call hook see plain CPU tensors (the view is off here).
+        with torch._C.DisableTorchFunction() if plain else contextlib.nullcontext():
             result = run(self, *args, grid=grid, warmup=warmup, **kwargs)
             calls.count += 1
             if calls.hook is not None:
@@ -141,7 +145,7 @@ def install_triton_hook(calls: KernelCalls, device: str, candidate_file: str) ->
         classes.append(interpreter.InterpretedFunction)
     for cls in classes:
         if not getattr(cls.run, "__musaenv_counted__", False):
-            cls.run = _counted_run(cls.run, calls, mine)
+            cls.run = _counted_run(cls.run, calls, mine, plain=device == "cpu")
     if device != "cpu":
         return TritonRun(None)
     from triton.runtime.driver import driver
