@@ -90,9 +90,10 @@ _KERNEL_RULE = {
   No torch compute ops (matmul, relu, sum, softmax, conv, ...), no nn modules called in forward, no fallback
   to PyTorch in try/except, no calls into cuBLAS/cuDNN or at::/torch:: compute inside C++.""",
     "kernelbench": """- ModelNew.forward must call your own kernels for the operators you replace; the others may stay
-  in PyTorch (as in KernelBench). No try/except anywhere, and no subclassing of the reference Model.""",
-    "permissive": """- ModelNew.forward must call your own kernels; torch compute beside them is reported, not refused.
-  No fallback to PyTorch in try/except.""",
+  in PyTorch (as in KernelBench), but only beside them: every call of forward must run at least one of your
+  kernels. No try/except anywhere, and no subclassing of the reference Model.""",
+    "permissive": """- ModelNew.forward must call your own kernels on every call; torch compute beside them is reported,
+  not refused. No fallback to PyTorch in try/except.""",
     "off": "- Only the rules below are enforced.",
 }
 _COMMON_RULES = """- No exec/eval, no Python threads or processes, no network, no files, no monkeypatching, no reading
