@@ -6,6 +6,7 @@
 # Uses musaenv from this checkout (PYTHONPATH), not an install. Wheels in .whl/ (e.g. gymnasium for a machine
 # without it) are installed into /tmp/site first. Writes versions.txt, gpu_selfcheck.json, selfcheck.log and
 # pytest_gpu.log to OUTDIR; each step has its own time limit so a hang in one still leaves the others' logs.
+# The limits (350 s + 230 s, the selfcheck's first step a sandboxed CUDA context) keep the whole run under 10 minutes.
 # Exit status: 0 when every step ran and pytest passed, else the first failing step's status.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,9 +31,9 @@ export MUSAENV_CACHE_DIR="${MUSAENV_CACHE_DIR:-/tmp/musaenv-gpu-cache}"  # share
 } 2>&1 | tee "$out/versions.txt"
 
 status=0
-timeout "${SELFCHECK_TIMEOUT_S:-360}" python3 benchmarks/gpu_selfcheck.py --out "$out/gpu_selfcheck.json" 2>&1 \
+timeout "${SELFCHECK_TIMEOUT_S:-350}" python3 benchmarks/gpu_selfcheck.py --out "$out/gpu_selfcheck.json" 2>&1 \
     | tee "$out/selfcheck.log" || status=$?
-timeout "${PYTEST_TIMEOUT_S:-240}" python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 \
+timeout "${PYTEST_TIMEOUT_S:-230}" python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider 2>&1 \
     | tee "$out/pytest_gpu.log"
 rc=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && status=$rc

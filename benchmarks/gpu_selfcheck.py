@@ -5,6 +5,9 @@ plus a wrong CUDA kernel and a side-stream timing cheat, prints a compact table 
 seconds, verdict, speedup) and writes it as JSON. It never asserts: read the table. On a machine without an
 NVIDIA GPU it exits at once with a message. See docs/gpu-validation.md.
 
+Its first step creates a CUDA context and allocates 1 GiB inside a fully sandboxed worker
+(:mod:`musaenv.isolation.gpu_probe`), and names the sandbox layer that fails it, if one does.
+
 Two passes keep it within ~5 minutes on one GPU: CUDA builds happen first, several at a time, in evaluators
 with timing off (that is where the compile seconds come from); then every candidate is evaluated once more,
 one at a time so that timings never overlap, through the env, with the builds cached.
@@ -35,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.gpu.cuda_c
 import musaenv  # noqa: F401  (registers KernelGen-v0)
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
+from musaenv.isolation.gpu_probe import run_steps
 from musaenv.tasks.builtin import get_task, solution_source, solved_task_ids
 from tests.gpu.cuda_candidates import SIDE_STREAM_RELU_CUDA, WRONG_RELU_CUDA
 
@@ -164,6 +168,18 @@ def _parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def sandbox_first_contact(mb: int = 1024) -> list[dict[str, Any]]:
+    """Step 1: a CUDA context and ``mb`` MB allocated inside the worker's full sandbox (the GPU plan); when that
+    fails, every step of :mod:`musaenv.isolation.gpu_probe` runs to name the layer that breaks it."""
+    steps = run_steps("cuda", mb, steps=("full",))
+    if not steps[0].get("ok"):
+        steps = run_steps("cuda", mb)
+    for r in steps:
+        verdict = "ok" if r.get("ok") else f"FAILED (layer: {r.get('failed_layer', '?')}): {r.get('error')}"
+        print(f"sandbox first contact [{r['step']}]: {verdict} {r.get('detail', '')}", flush=True)
+    return steps
+
+
 def main() -> int:
     """Run both passes, print the table, write JSON."""
     args = _parse_args()
@@ -174,9 +190,10 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
+    start = time.perf_counter()
+    first_contact = sandbox_first_contact()
     only = {s for s in args.only.split(",") if s} or None
     cases = _cases(only)
-    start = time.perf_counter()
     compile_s = build_pass(cases, args.jobs)
     build_s = time.perf_counter() - start
     print(f"build pass: {len(compile_s)} CUDA candidates in {build_s:.0f} s\n")
@@ -193,6 +210,7 @@ def main() -> int:
         "python": platform.python_version(),
         "build_pass_s": build_s,
         "total_s": total_s,
+        "sandbox_first_contact": first_contact,
     }
     out.write_text(json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1))
     print(f"wrote {out}")

@@ -142,6 +142,9 @@ class SandboxConfig(_Config):
         max_processes: Extra processes the candidate may start (RLIMIT_NPROC headroom; 0 = no limit set).
         block_network: Deny socket creation for network families (seccomp when the csrc helper is built).
         private_tmp: Give the candidate a private working directory, removed afterwards.
+        device_memory_fraction: On a GPU (no RLIMIT_AS there: CUDA reserves address space beyond its use), the
+            share of the device's memory torch's allocator may give the candidate (0 = no limit); half leaves the
+            other half to the reference worker on the same device (musaenv.isolation.gpu_plan).
     """
 
     address_space_mb: int = 16384
@@ -152,9 +155,12 @@ class SandboxConfig(_Config):
     max_processes: int = 0
     block_network: bool = True
     private_tmp: bool = True
+    device_memory_fraction: float = 0.5
 
     def __post_init__(self) -> None:
         n = type(self).__name__
+        _require(0 <= self.device_memory_fraction <= 1, n, "0 <= device_memory_fraction <= 1",
+                 self.device_memory_fraction, "0 = no limit.")  # fmt: skip
         _require(self.address_space_mb >= 0, n, "address_space_mb >= 0", self.address_space_mb, "0 = unlimited.")
         _require(self.memory_factor >= 1, n, "memory_factor >= 1", self.memory_factor, "e.g. 4.")
         _require(self.memory_headroom_mb >= 0, n, "memory_headroom_mb >= 0", self.memory_headroom_mb, "e.g. 2048.")

@@ -193,6 +193,11 @@ class _CompileOnlyDriver:
     def get_current_device(self) -> int:
         return 0
 
+    def get_active_torch_device(self) -> Any:  # the tutorials' DEVICE = driver.active.get_active_torch_device()
+        import torch
+
+        return torch.device("cuda", 0)
+
     def get_current_stream(self, device: int | None = None) -> int:
         return 0
 
@@ -345,6 +350,8 @@ def _build(req: dict[str, Any], work: Path) -> tuple[Any, list[Any], Any]:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from musaenv.backends.cuda_view import CudaView
+
     ref: dict[str, Any] = {"__name__": "musaenv_aot_reference"}
     exec(compile(req["task_source"], "<reference>", "exec"), ref)
     ref.update(req.get("shape") or {})
@@ -352,12 +359,15 @@ def _build(req: dict[str, Any], work: Path) -> tuple[Any, list[Any], Any]:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["candidate"] = module  # triton reads kernel sources through the module
-    spec.loader.exec_module(module)
+    view = CudaView(host="meta")  # CUDA-written module code and __init__ (`.cuda()`, device="cuda") stay storage-less
+    with view.active():
+        spec.loader.exec_module(module)
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     with torch.device("meta"):  # no allocation: the sizes of GPU-tier inputs do not matter here
         init = list(ref["get_init_inputs"]())
         inputs = [_fake_cuda(x, mode) for x in ref["get_inputs"]()]
-        model = module.ModelNew(*init)
+        with view.active():
+            model = module.ModelNew(*init)
     model._apply(lambda t: _fake_cuda(t, mode))
     return model, inputs, mode
 
@@ -381,16 +391,19 @@ def _confine(work: Path) -> dict[str, Any]:
 def _check(req: dict[str, Any], work: Path) -> dict[str, Any]:
     import torch
 
+    from musaenv.backends.cuda_view import cuda_answers
+
     arch = int(req["arch"])
     recorder = _Recorder(arch)
     _install(recorder, arch)
     sandbox = _confine(work)
     try:
         model, inputs, mode = _build(req, work)
-    except Exception as e:
-        return {"ok": False, "log": f"the candidate did not load: {type(e).__name__}: {e}", "kernels": []}
+    except Exception as e:  # it loaded and ran in the interpreter: what this check cannot reproduce is its limit
+        why = f"the candidate did not load here: {type(e).__name__}: {str(e)[:500]}"
+        return {"ok": False, "log": why, "kernels": [], "inconclusive": why}
     try:
-        with mode, torch.no_grad():
+        with mode, torch.no_grad(), cuda_answers():  # torch.cuda.is_available() and the like, as on a GPU
             model(*inputs)
     except _CompileFailed:
         return {"ok": False, "log": "\n".join(recorder.errors), "kernels": recorder.kernels}

@@ -166,10 +166,13 @@ class LocalEvaluator:
         )
 
     def _memory_budget_mb(self, task: Task, worker: WorkerProcess) -> int:
-        """The candidate's address-space limit, from its task's reference peak (:mod:`musaenv.evaluator.memory`)."""
+        """The candidate's address-space limit, from its task's reference peak (:mod:`musaenv.evaluator.memory`).
+
+        None (0) for a worker that creates a CUDA/MUSA context: the driver reserves address space far beyond its use;
+        the device allocator bounds it instead (:mod:`musaenv.isolation.gpu_plan`)."""
         sb = self.config.sandbox
         if self.backend.device != "cpu":
-            return sb.address_space_mb
+            return 0
         peak = self._reference.task_peaks.get(task.source_hash)
         budget = candidate_budget_mb(peak, status_mb(worker.pid, "VmSize"), sb.memory_factor, sb.memory_headroom_mb,
                                      sb.address_space_mb)  # fmt: skip

@@ -48,6 +48,27 @@ NOT_CANDIDATE_FAILURES = {
 }
 
 
+#: The worker's failure stage for what the CPU interpreter cannot emulate (musaenv.worker.triton_hook).
+NEEDS_GPU = "needs_gpu"
+
+
+def _needs_gpu(text: str, base: EvalResult, log_chars: int) -> EvalResult:
+    """An unscored ``compiled`` verdict flagged ``needs_gpu``: the candidate reached something only a GPU runs.
+
+    Only the triton backend on the CPU interpreter may say so; from any other run it is a ``runtime_error``.
+    """
+    if not (base.backend == "triton" and base.device == "cpu"):
+        return base.replace(stage=Stage.RUNTIME_ERROR, runtime_log=_truncate(text, log_chars))
+    why = text.split("\n", 1)[0]
+    return base.replace(
+        stage=Stage.COMPILED,
+        flags=(NEEDS_GPU,),
+        device=None,
+        messages=(f"{why} (not scored: run it where a GPU is present)",),
+        runtime_log=_truncate(text, log_chars),
+    )
+
+
 def _truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -156,6 +177,8 @@ def early_verdict(run: CandidateRun, base: EvalResult, log_chars: int) -> EvalRe
     if run.failure is not None and run.failure[0] in NOT_CANDIDATE_FAILURES:
         flag, why = NOT_CANDIDATE_FAILURES[run.failure[0]]
         return base.replace(flags=(flag,), messages=(why,), runtime_log=_truncate(run.failure[1], log_chars))
+    if run.failure is not None and run.failure[0] == NEEDS_GPU:
+        return _needs_gpu(run.failure[1], base, log_chars)
     if run.failure is not None:
         stage, text = run.failure
         is_compile = stage == "compile_error"

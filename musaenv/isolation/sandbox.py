@@ -29,6 +29,7 @@ from musaenv import _env
 from musaenv.config import SandboxConfig
 from musaenv.errors import ConfigError, EvaluatorError
 from musaenv.isolation.ctypes_guard import PyGuard, isolate_network_namespace, landlock_abi, syscall
+from musaenv.isolation.gpu_plan import GPU_NODE_PATTERNS
 from musaenv.isolation.hidden_paths import hide_paths
 from musaenv.isolation.proctree import thread_count
 from musaenv.isolation.seccomp import RET_ERRNO, seccomp_program
@@ -37,9 +38,8 @@ __all__ = ["SandboxReport", "enter_sandbox", "isolate_network_namespace", "landl
 
 log = logging.getLogger(__name__)
 
-# Device nodes a GPU runtime opens read-write after the sandbox is up (CUDA initialises lazily).
-# /dev/mtgpu*: Moore Threads' nodes, assumed (no MUSA machine was at hand; its DRM nodes are covered by /dev/dri).
-_GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps/*", "/dev/dri/card*", "/dev/dri/renderD*", "/dev/mtgpu*")
+# Device nodes a GPU runtime opens read-write after the sandbox is up (CUDA initialises lazily): gpu_plan's list.
+_GPU_NODES = GPU_NODE_PATTERNS
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,7 @@ def _enter_workdir(workdir: Path) -> None:
     os.chdir(workdir)
     for var in ("TMPDIR", "TMP", "TEMP", "HOME"):  # torch, triton and CUDA put caches under HOME or TMPDIR
         os.environ[var] = str(workdir)
+    os.environ["CUDA_CACHE_PATH"] = str(workdir / ".nv" / "ComputeCache")  # the driver's PTX JIT cache (gpu_plan)
     tempfile.tempdir = None  # tempfile caches its choice; make it look again
 
 

@@ -39,7 +39,14 @@ BACKEND_NOTES = {
     "functions=[...]). Launch them on the current stream.",
     "musa": "Write MUSA kernels (CUDA-like kernel language) and build them with torch_musa's load_inline "
     "(musa_sources=...). Launch them on the current MUSA stream.",
-    "triton": "Write Triton kernels (@triton.jit) and launch them from forward as kernel[grid](...).",
+    "triton": """Write Triton kernels (@triton.jit, optionally @triton.autotune) and launch them from forward as
+kernel[grid](...). Every call of forward must launch at least one of your own kernels: a forward that launches
+none (a PyTorch fallback path, for example) is refused, whatever the policy. Write for CUDA tensors as usual:
+where no GPU is present the kernels run in Triton's interpreter on the CPU, with x.is_cuda, x.device ("cuda:0"),
+device="cuda" allocations, .cuda()/.to("cuda"), torch.cuda.is_available/device_count/current_device/synchronize
+and triton.runtime.driver.active.get_active_torch_device() working as on a GPU (autotuning keeps the first
+config there). Other torch.cuda calls (device properties, streams, events) and bfloat16 arithmetic inside a
+kernel cannot run in the interpreter: such an answer is not scored there (needs a GPU).""",
     "cupy": """Write CUDA kernels as source strings compiled by CuPy (NVRTC): build them with
 cupy.RawModule(code=SRC) (take each kernel with module.get_function("name")) or cupy.RawKernel(SRC, "name"),
 and launch them from forward as kernel(grid, block, args) on torch CUDA tensors: pass the tensors themselves
@@ -83,9 +90,10 @@ _KERNEL_RULE = {
   No torch compute ops (matmul, relu, sum, softmax, conv, ...), no nn modules called in forward, no fallback
   to PyTorch in try/except, no calls into cuBLAS/cuDNN or at::/torch:: compute inside C++.""",
     "kernelbench": """- ModelNew.forward must call your own kernels for the operators you replace; the others may stay
-  in PyTorch (as in KernelBench). No try/except anywhere, and no subclassing of the reference Model.""",
-    "permissive": """- ModelNew.forward must call your own kernels; torch compute beside them is reported, not refused.
-  No fallback to PyTorch in try/except.""",
+  in PyTorch (as in KernelBench), but only beside them: every call of forward must run at least one of your
+  kernels. No try/except anywhere, and no subclassing of the reference Model.""",
+    "permissive": """- ModelNew.forward must call your own kernels on every call; torch compute beside them is reported,
+  not refused. No fallback to PyTorch in try/except.""",
     "off": "- Only the rules below are enforced.",
 }
 _COMMON_RULES = """- No exec/eval, no Python threads or processes, no network, no files, no monkeypatching, no reading

@@ -169,8 +169,8 @@ class RuntimeGuard:
         device: The evaluation device.
         calls: The loader hook's :class:`~musaenv.worker.loader_hook.KernelCalls`.
         watch: Objects whose identity is checked (:func:`watch_targets`).
-        count_calls: Whether extension calls prove the kernel ran (False for Triton, whose kernels are not
-            loaded through ``load_inline``).
+        count_calls: Whether counted calls prove the kernel ran (extension calls, CuPy and Triton launches are
+            all counted: musaenv.worker.triton_hook); False leaves kernel calls unjudged.
     """
 
     def __init__(

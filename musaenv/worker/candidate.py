@@ -10,6 +10,7 @@ only, for many requests, in a process no candidate has touched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -100,13 +101,30 @@ def _enter_sandbox(req: CandidateRequest) -> dict[str, Any]:
         return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
     # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
     allow_processes = req.allow_processes
-    report = enter_sandbox(
-        SandboxConfig.from_dict(req.sandbox),
-        Path(req.workdir),
-        block_processes=not allow_processes,
-        block_exec=not allow_processes,
-    )
-    return dict(report.to_dict())
+    cfg = SandboxConfig.from_dict(req.sandbox)
+    memory = _device_memory(req.device, cfg.device_memory_fraction)
+    report = enter_sandbox(cfg, Path(req.workdir), block_processes=not allow_processes, block_exec=not allow_processes)
+    out = dict(report.to_dict())
+    if memory is not None:  # the GPU plan, layer by layer, as this worker got it (musaenv.isolation.gpu_plan)
+        from musaenv.isolation.gpu_plan import gpu_plan
+
+        landlock = report.enforced("landlock_writes")
+        plan = gpu_plan(cfg.address_space_mb, req.workdir, report.writable_paths, landlock, not allow_processes,
+                        cfg.max_processes)  # fmt: skip
+        out["gpu_plan"] = {"device_memory": memory, "layers": [layer.to_dict() for layer in plan]}
+    return out
+
+
+def _device_memory(device: str, fraction: float) -> str | None:
+    """On a GPU, bound torch's allocator before the sandbox (it creates the context); ``None`` on the CPU."""
+    from musaenv.isolation.gpu_plan import is_gpu_device, limit_device_memory
+
+    if not is_gpu_device(device):
+        return None
+    try:
+        return limit_device_memory(device, fraction)
+    except Exception as e:  # reported, never fatal here: the first device call then says what is wrong
+        return f"device memory limit failed: {type(e).__name__}: {e}"
 
 
 def _load_candidate(req: CandidateRequest, state: Any) -> Any:
@@ -235,16 +253,19 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
         except Exception as e:  # CuPy or NVRTC missing in the worker: the machine's problem
             _fail(chan, "infra_error", f"the cupy backend cannot load CuPy/NVRTC here: {format_exc(e)}")
             return
-    if req.backend == "triton" and req.device == "cpu":  # TRITON_INTERPRET=1: refuse what it gets wrong
-        from musaenv.backends.triton_interp import install_interpreter_guards
+    triton_run = None
+    if req.backend == "triton":  # launches counted; on the CPU, the interpreter judged as on a GPU (triton_hook)
+        from musaenv.worker.triton_hook import install_triton_hook
 
-        install_interpreter_guards()
+        triton_run = install_triton_hook(state.calls, req.device, str(Path(req.workdir) / "candidate.py"))
     # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
-    guard = RuntimeGuard(req.runtime, device, state.calls, _watch(), count_calls=req.backend != "triton")
+    guard = RuntimeGuard(req.runtime, device, state.calls, _watch())
     sandbox = _enter_sandbox(req)
     chan.send(Stage("load", sandbox).to_dict())
     try:
-        model_cls = _load_candidate(req, state)
+        with triton_run.loading() if triton_run else contextlib.nullcontext():
+            model_cls = _load_candidate(req, state)
+        model_cls = triton_run.model_class(model_cls) if triton_run else model_cls
         if compile_only:  # nothing runs, so no input is drawn (except meta ones: shapes, no data)
             drive_builds(program, req, model_cls, state)
             chan.send(Result(builds=state.builds, compile_only=True).to_dict())
@@ -261,7 +282,18 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
             warnings.append("thread_count_grew")  # with runtime checks on, the parent judges thread_started
         chan.send(Result(builds=state.builds, warnings=warnings).to_dict())
     except CandidateFailure as f:
-        _fail(chan, f.stage, f.log, state.builds)
+        why = _needs_gpu(f, triton_run)
+        _fail(chan, "needs_gpu" if why else f.stage, f"needs a GPU: {why}\n\n{f.log}" if why else f.log, state.builds)
+
+
+def _needs_gpu(f: CandidateFailure, triton_run: Any) -> str | None:
+    """On the CPU interpreter, a run-time failure that is the interpreter's limit (the exception the failure was
+    raised while handling), not the candidate's."""
+    if triton_run is None or triton_run.view is None or f.stage != "runtime_error" or f.__context__ is None:
+        return None
+    from musaenv.worker.triton_hook import needs_gpu_reason
+
+    return needs_gpu_reason(f.__context__)
 
 
 def _draw_phase(chan: Channel, req: CandidateRequest, program: ProgramModule, device: torch.device) -> DrawnInputs:

@@ -41,3 +41,12 @@ def test_the_cupy_format_is_stated_in_its_prompt_with_an_example():
     assert "no CuPy array math" in p and "cupy.RawModule/RawKernel call with your kernel sources" in p
     assert "load_inline call" not in p and set(p) <= OBS_CHARSET
     assert "cupy" not in initial_prompt(get_task("l1_relu"), "cuda", "gpu")
+
+
+def test_the_triton_prompt_says_what_the_cpu_interpreter_supports():
+    p = initial_prompt(get_task("l1_relu"), "triton", "cpu")
+    assert "launch at least one of your own kernels" in p and "refused, whatever the policy" in p
+    assert "x.is_cuda" in p and "interpreter" in p and "needs a GPU" in p and "get_device_properties" not in p
+    assert set(p) <= OBS_CHARSET
+    kb = initial_prompt(get_task("l1_relu"), "triton", "cpu", "kernelbench")
+    assert "every call of forward must run at least one of your" in " ".join(kb.split())

@@ -45,10 +45,15 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, n_cols, eps, BLOCK_RO
         tl.store(out_ptr + row_off + c[None, :], y, mask=mask)
 
 
+# @triton.jit gives a JITFunction on a GPU and an InterpretedFunction under TRITON_INTERPRET=1, where the grid
+# is a Python loop and large blocks pay (x.is_cuda cannot tell: the interpreter presents inputs as CUDA tensors).
+_ON_GPU = isinstance(layernorm_kernel, triton.JITFunction)
+
+
 def _blocks(x: torch.Tensor, rows: int, cols: int) -> tuple[int, int]:
     """(rows per program, columns per chunk). GPU: one row per program, chunks of at most 4096 columns.
     CPU interpreter: whole rows and many rows per program, since it pays per program instance."""
-    if x.is_cuda:
+    if _ON_GPU:
         return 1, min(triton.next_power_of_2(cols), 4096)
     block = min(triton.next_power_of_2(cols), 1 << 16)
     return max(1, min(triton.next_power_of_2(rows), (1 << 17) // block)), block

@@ -18,6 +18,11 @@ def softplus_kernel(x_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, y, mask=mask)
 
 
+# @triton.jit gives a JITFunction on a GPU and an InterpretedFunction under TRITON_INTERPRET=1, where the grid
+# is a Python loop and large blocks pay (x.is_cuda cannot tell: the interpreter presents inputs as CUDA tensors).
+_ON_GPU = isinstance(softplus_kernel, triton.JITFunction)
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
@@ -27,6 +32,6 @@ class ModelNew(nn.Module):
         out = torch.empty_like(x)
         n = x.numel()
         # Large blocks on CPU: the interpreter pays per program instance; a GPU wants many small ones.
-        block = 1024 if x.is_cuda else 65536
+        block = 1024 if _ON_GPU else 65536
         softplus_kernel[(triton.cdiv(n, block),)](x, out, n, BLOCK=block)
         return out
