@@ -115,9 +115,9 @@ class _SafetyVisitor(ast.NodeVisitor):
         q = self.sym.resolve(node.func)
         if q in _ATTR_BUILTINS and len(node.args) >= 2:
             name = node.args[1]
-            own = q in _READ_BUILTINS and self.sym.is_ext_expr(node.args[0])  # its own compiled module: kernels only
-            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)) and not own:
-                self.add("dynamic_code", node, f"{q.split('.')[1]}() with a computed attribute name")
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                if not (q in _READ_BUILTINS and self.sym.is_ext_expr(node.args[0])):  # its own extension: kernels
+                    self.add("dynamic_code", node, f"{q.split('.')[1]}() with a computed attribute name")
             elif q in ("builtins.setattr", "builtins.delattr"):
                 what = f"{q.split('.')[1]}() on {ast.unparse(node.args[0])}"
                 self._patched(node.args[0], node, what, name.value)
