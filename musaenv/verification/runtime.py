@@ -14,6 +14,8 @@ candidate loaded. This module judges them, in the parent, where the candidate ca
   follow (S6, S7).
 * ``nondeterministic``: a repeat of trial 1 after poisoning freed memory fails the reference (S8, S9); a repeat that
   only differs in bits is the warning ``nondeterministic_bits``.
+* ``stale_output``: trial 1's tensors rewritten in place with a later trial's values gave the old values' answer
+  (an output cache keyed on the address, S11; checked on every evaluation, not sampled).
 * ``thread_started``, ``global_state_changed``, ``timer_tampering``, ``harness_tampering`` (T2, T4, T9, S20).
 * ``suspicious_speedup`` (warning): above the configured ceiling; the speedup is recomputed conservatively.
 
