@@ -113,6 +113,15 @@ def _perturb(t: torch.Tensor, gens: dict[str, torch.Generator]) -> bool:
     return True
 
 
+def _same_scalars(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two trials' non-tensor arguments (top level) are equal (values that cannot say so: not equal)."""
+    try:
+        scalars = [[x for x in args if not isinstance(x, torch.Tensor)] for args in (a, b)]
+        return bool(scalars[0] == scalars[1])
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
 def _storage(t: torch.Tensor) -> int:
     try:
         return int(t.untyped_storage().data_ptr())
@@ -332,6 +341,8 @@ class RuntimeGuard:
             mine, theirs = list(_tensors(args)), list(_tensors(other))
             if len(mine) != len(theirs) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(mine, theirs)):
                 return [], "skipped: the other trial's inputs differ in shape"
+            if not _same_scalars(args, other):  # its reference is for its own scalars, which stay trial 1's here
+                return [], "skipped: the other trial's non-tensor inputs differ"
             for a, b in zip(mine, theirs):
                 a.copy_(b)
             outs = model(*args)
