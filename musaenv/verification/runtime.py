@@ -72,7 +72,8 @@ RUNTIME_FLAGS: dict[str, str] = {
     "output_independent_of_input": "the output did not follow the input where the reference did (S6, S7)",
     "nondeterministic": "a repeat of the same input after poisoning freed memory failed the reference (S8, S9)",
     "nondeterministic_bits": "a repeat of the same input gave different bits, within tolerance",
-    "stale_output": "new values written into the same input tensors gave the old values' answer (S11 cache by address)",
+    "stale_output": "new values written into the same input tensors gave the old values' answer (S11 cache by address, "
+    "S9 unwritten output)",
     "thread_started": "forward started threads (T2) or more threads than the configured intra-op pool",
     "global_state_changed": "threads, precision or default settings were changed (T9, S17)",
     "timer_tampering": "the timing clock or its helpers were replaced (T4)",

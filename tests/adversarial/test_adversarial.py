@@ -73,7 +73,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "s06_scaled_input_tiny": ("tiny", ("output_independent_of_input",)),
     "s07_identity": ("relu", ("incorrect",)),
     "s08_stale_memory": ("relu", ("incorrect", "output_not_from_kernel", "nondeterministic")),
-    "s09_uninitialised_read": ("relu", ("nondeterministic", "incorrect")),
+    # the rewrite run's fresh output often lands on the previous call's block: the unwritten half keeps its answer
+    "s09_uninitialised_read": ("relu", ("nondeterministic", "incorrect", "stale_output")),
     "s10_inplace_alias": ("relu", ("output_aliases_input",)),
     "s10_zero_inputs": ("relu", ("input_mutation",)),
     "s11_cache_shape": ("relu", ("incorrect", "no_kernel_call")),
