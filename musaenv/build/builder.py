@@ -44,7 +44,7 @@ def _fast(spec: dict[str, Any], tmp: Path) -> dict[str, object] | None:
         res = fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), spec.get("build_mode", "fast"))
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):  # torch's path cannot write either: say so now, not minutes later
-            return {"ok": False, "log": f"the fast build could not write its files: {e}", "tier": "fast"}
+            return {"ok": False, "log": f"the fast build could not write its files: {e}", "tier": "fast", "infra": True}
         log.warning("fast build failed, using load_inline:\n%s", traceback.format_exc())
         return None
     except Exception:  # a harness bug must not cost the candidate its build: torch's path still works
@@ -52,7 +52,8 @@ def _fast(spec: dict[str, Any], tmp: Path) -> dict[str, object] | None:
         return None
     if res is None:
         return None
-    return {"ok": res.ok, "log": res.log, "tier": res.tier, "steps": res.steps, "wanted": res.wanted}
+    return {"ok": res.ok, "log": res.log, "tier": res.tier, "steps": res.steps, "wanted": res.wanted,
+            "retire": res.retire}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -154,7 +155,7 @@ def _cuda_split(spec: dict[str, Any], tmp: Path, compile_only: bool) -> dict[str
     if res is None:
         return None
     return {"ok": res.ok, "log": res.log, "tier": "cuda_split", "steps": res.steps, "seconds": res.seconds,
-            "wanted": res.wanted}  # fmt: skip
+            "wanted": res.wanted, "retire": res.retire}  # fmt: skip
 
 
 def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
@@ -210,6 +211,21 @@ def _unusable(tmp: Path) -> str | None:
     return None
 
 
+def _disk_checked(result: dict[str, object], tmp: Path) -> dict[str, object]:
+    """A failed build is the disk's fault only when the builder's own write beside it fails for want of space
+    (:func:`musaenv.build.own_checks.out_of_space`): the compiler's text, which the candidate's source can print,
+    decides nothing."""
+    from musaenv.build.own_checks import out_of_space
+
+    if result.get("ok") or result.get("infra"):
+        return result
+    why = out_of_space(tmp)
+    if why is None:
+        return result
+    return {**result, "infra": True, "log": f"the disk filled during the build (not the candidate): {why}\n"
+                                            f"{result.get('log', '')}"}  # fmt: skip
+
+
 def _build_and_report(job: CompileJob | WarmupJob | str, tmp: Path, confinement: dict[str, Any]) -> int:
     """Build ``job`` (a string: why the job file was refused) and write the report; returns the exit code."""
     try:
@@ -218,7 +234,7 @@ def _build_and_report(job: CompileJob | WarmupJob | str, tmp: Path, confinement:
             result: dict[str, object] = {"ok": False, "log": refused, "infra": True}
         else:
             assert not isinstance(job, str)
-            result = _build(job, tmp)
+            result = _disk_checked(_build(job, tmp), tmp)
         result.pop("seconds", None)  # the split build's own timing: the parent measures the whole build
         report = BuildReport(version=JOB_VERSION, confinement=confinement, **result)  # type: ignore[arg-type]
     except BaseException:  # the harness must always leave a readable result

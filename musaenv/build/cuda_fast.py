@@ -66,6 +66,7 @@ class CudaFastResult:
         ok: False when the device unit's errors are the verdict (``log``: the compiler's output).
         log: That verdict's log.
         wanted: What the build went without (``split`` header, ``bind`` objects), for a background build.
+        retire: Headers the compiler refused for an empty unit, for the parent to retire.
     """
 
     seconds: float
@@ -75,6 +76,7 @@ class CudaFastResult:
     ok: bool = True
     log: str = ""
     wanted: list[str] = field(default_factory=list)
+    retire: list[str] = field(default_factory=list)
 
 
 class _Abandon(Exception):
@@ -281,4 +283,6 @@ def _build(
         return None
     steps += [{"name": f"main:{s.get('step')}", "returncode": s.get("rc")} for s in res.steps]
     wanted = list(dict.fromkeys([*store.wanted, *res.wanted]))
-    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps, wanted=wanted)
+    retire = list(dict.fromkeys([*store.refused, *res.retire]))
+    return CudaFastResult(round(time.monotonic() - started, 3), split.kernels, res.tier, steps, wanted=wanted,
+                          retire=retire)  # fmt: skip

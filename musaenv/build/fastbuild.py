@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import errno
 import functools
 import logging
-import os
 import re
 import shutil
 import sys
@@ -55,6 +53,7 @@ from typing import Any
 from musaenv.build.bindobj import binding_objects, module_object, sig_id
 from musaenv.build.flagkeys import strip_refusals
 from musaenv.build.header_names import extension_only_names, names_in_quotes
+from musaenv.build.own_checks import out_of_space
 from musaenv.build.pch import CompileFlags, PchStore, run_tool, torch_flags, unique_suffix
 
 __all__ = ["FastResult", "fast_build", "isa_pragma_safe", "linking_with", "split_overlay"]
@@ -62,7 +61,6 @@ __all__ = ["FastResult", "fast_build", "isa_pragma_safe", "linking_with", "split
 log = logging.getLogger(__name__)
 
 # Sources that may need Python or pybind11 declarations keep the full torch/extension.h (tier ``pch``).
-_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device", as the compilers print it
 _NEEDS_PYTHON = re.compile(
     r"pybind11|PYBIND11|\bpy::|Python\.h|torch/python\.h|\bPy[A-Z_]\w*|\b_object\b|\bTHP\w*|torch::python"
     r"|wrap_pybind_function|HANDLE_TH_ERRORS"
@@ -102,6 +100,8 @@ class FastResult:
         steps: What was tried, with seconds, for benchmarks and logs.
         wanted: Precompiled headers (``split``/``full``) that were missing for these flags, for the parent to
             build in the background.
+        retire: Header directories the compiler refused for an empty unit with these flags, for the parent to
+            retire (:func:`musaenv.build.pch.retire_headers`).
     """
 
     ok: bool
@@ -109,6 +109,7 @@ class FastResult:
     tier: str
     steps: list[dict[str, Any]] = field(default_factory=list)
     wanted: list[str] = field(default_factory=list)
+    retire: list[str] = field(default_factory=list)
 
 
 def _main_cpp(spec: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
@@ -218,7 +219,9 @@ def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: st
         again = PchStore(cache, isa_by_pragma=False)
         res = _tiers(flags, again, source, pairs, name, tmp, cache, mode, spec)
         store.wanted += again.wanted
+        store.refused += again.refused
     res.wanted = list(dict.fromkeys(store.wanted))
+    res.retire = list(dict.fromkeys(store.refused))
     return res
 
 
@@ -361,7 +364,7 @@ def _split_tier(
         store.check_used("split", flags, out)
     if rc != 0:
         names = functools.partial(_extension_names, flags, cache, tmp)
-        if _final_error(out, source.count("\n") + 1, names) or _DISK_FULL in out:  # a full disk fails every tier
+        if _final_error(out, source.count("\n") + 1, names) or out_of_space(tmp):  # a full disk fails every tier
             steps.append({"step": "verdict_from_split"})
             module_job.wait()
             return FastResult(False, _error_log(name, cmd, out), "split", steps)

@@ -121,6 +121,8 @@ class BuildReport(Message):
         infra: The machine or the harness failed (a missing toolchain, a job of another version), not the sources.
         steps: What ran (compiler steps with exit codes and seconds).
         wanted: Headers the build went without (built in the background for the next one).
+        retire: Header directories the compiler refused for an empty unit with the build's flags (the parent
+            retires them: :func:`musaenv.build.pch.retire_headers`).
         rows: One row per warm-up item.
         inconclusive: Why a compile-only check could not judge the source (empty when it could).
         confinement: How the builder was confined (:func:`musaenv.isolation.build_jail.run_confined`).
@@ -134,6 +136,7 @@ class BuildReport(Message):
     infra: bool = False
     steps: list[Any] = field(default_factory=list)
     wanted: list[str] = field(default_factory=list)
+    retire: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     inconclusive: str = ""
     confinement: dict[str, Any] = field(default_factory=dict)

@@ -47,6 +47,7 @@ from musaenv.build.ext_cache import (
     verified_module,
 )
 from musaenv.build.job import BuildReport, CompileJob, read_report
+from musaenv.build.pch import retire_headers
 from musaenv.build.warmup import start_background
 from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import backstop_s, watch_process
@@ -70,7 +71,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STALE_BUILD_AGE_S = 6 * 3600
-_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device", as compilers and the linker print it
+_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device": a log saying so is never cached, never infra
 BUILD_MODES = ("fast", "pch", "torch")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
@@ -240,6 +241,8 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         extra = {"tier": result.tier or None, "steps": result.steps} if result else {}
         if result and result.wanted and over is None:  # headers this build went without: built for the next one
             start_background(list(result.wanted), spec.to_dict())
+        if result and result.retire:  # headers the compiler refused for an empty unit: only the parent retires them
+            retire_headers(pch_cache_root(), result.retire)
         if over == "backstop":  # the host stalled the build: retried, never the candidate's verdict or cached
             msg = f"the build ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than its "
             msg += f"{timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)"
@@ -252,14 +255,13 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
             why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
             return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
-        if _DISK_FULL in build_log:  # the host's disk, not the candidate's sources (an RLIMIT_FSIZE kill is theirs)
-            msg = f"the disk filled during the build (not the candidate):\n{build_log}"
-            return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
         if rc != 0 or not result or not result.ok or not (tmp / f"{name}.so").exists():
             if rc < 0:
                 build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
                 build_log += _tail(tmp / "builder.log")
-            elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
+            elif result and "signal terminated program" not in build_log and _DISK_FULL not in build_log:
+                # a compiler verdict, cached: not an OOM kill, nor a log that reads like a full disk (the builder's own
+                # write decides that, as infra; a candidate printing it gets its compile error, only never cached)
                 seal_failure(final_dir, name, build_log)
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
         so_path = install(tmp, name, final_dir)
@@ -336,6 +338,8 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
         result = _read_report(tmp)
         if isinstance(result, BuildReport) and result.wanted and not killed:  # headers the split build went without
             start_background(list(result.wanted), spec.to_dict())
+        if isinstance(result, BuildReport) and result.retire:
+            retire_headers(pch_cache_root(), result.retire)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.perf_counter() - start

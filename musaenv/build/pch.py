@@ -59,7 +59,16 @@ from musaenv.build.flagkeys import (
     refused_macros,
 )
 
-__all__ = ["MAX_PCH_SETS", "CompileFlags", "PchStore", "file_lock", "run_tool", "torch_flags", "unique_suffix"]
+__all__ = [
+    "MAX_PCH_SETS",
+    "CompileFlags",
+    "PchStore",
+    "file_lock",
+    "retire_headers",
+    "run_tool",
+    "torch_flags",
+    "unique_suffix",
+]
 
 log = logging.getLogger(__name__)
 
@@ -337,6 +346,7 @@ class PchStore:
         self.max_sets = max_sets or MAX_PCH_SETS
         self.deadline = deadline
         self.wanted: list[str] = []
+        self.refused: list[str] = []  # headers an empty unit refused: retired by the parent (retire_headers)
         self._macros: tuple[str, ...] | None = None
         self._omp: dict[str, dict[str, Any] | None] = {}
         self._isa: dict[str, dict[str, Any] | None] = {}
@@ -652,19 +662,26 @@ class PchStore:
     def check_used(self, kind: str, flags: CompileFlags, compiler_output: str) -> None:
         """Act on a header the compiler refused (``-Winvalid-pch``); the compile itself went on without it.
 
-        Refused for a macro the candidate defines: that macro joins the header keys (the next build with it
-        gets a header of its own). Refused for anything else: the header is retired (later builds go without
-        it, not slower).
+        The candidate's output only says a refusal *may* have happened (its source can print any line): an empty
+        unit with the same flags, which the candidate cannot write into, decides
+        (:func:`musaenv.build.own_checks.refusal_of_empty_unit`). Refused for a macro the candidate defines: that
+        macro joins the header keys (the next build with it gets a header of its own). Refused for anything else:
+        the header is named in :attr:`refused`, for the parent to retire (:func:`retire_headers`); a candidate's
+        build never deletes a shared header.
         """
-        lines = refusal(compiler_output)
+        if not refusal(compiler_output):
+            return
+        d = self._dir(kind, flags)
+        lines = self._confirmed_refusal(kind, flags, d)
         if not lines:
+            log.warning("precompiled header %s: the candidate's output reads like a refusal, an empty unit with its "
+                        "flags uses the header: ignored", d.name)  # fmt: skip
             return
         names = refused_macros(lines) & {macro_name(f) for f in flags.user}
         if names:
             self._add_sensitive({n for n in names if n})
             log.info("precompiled header %s depends on macro(s) %s; they now key the headers", kind, sorted(names))
             return
-        d = self._dir(kind, flags)
         if self.isa_shared(kind, flags):  # refused for the extensions taken by pragma: they key the headers again
             path = self._isa_record(kind, flags)
             log.warning("precompiled header %s refused with %s by pragma: %s", d.name, isa_flags(flags.user), lines[:3])
@@ -674,10 +691,18 @@ class PchStore:
                 part.write_text(json.dumps(self._isa[path.name]))
                 os.replace(part, path)
             return
-        log.warning("precompiled header %s refused by the compiler, retiring it: %s", d.name, lines[:3])
-        with contextlib.suppress(OSError):
-            (d / "failed.json").write_text(json.dumps({"log": compiler_output[-4000:]}))
-            (d / "musaenv_pch.h.gch").unlink()
+        log.warning("precompiled header %s refused by the compiler, for the parent to retire: %s", d.name, lines[:3])
+        self.refused.append(d.name)
+
+    def _confirmed_refusal(self, kind: str, flags: CompileFlags, d: Path) -> list[str]:
+        """GCC's refusal lines for an empty unit with ``flags`` against ``kind``'s ready header (none: it is used)."""
+        from musaenv.build.own_checks import refusal_of_empty_unit
+
+        use = self._ready(kind, d, flags)
+        if use is None:
+            return []
+        unit = self.unit_flags(kind, flags)
+        return refusal(refusal_of_empty_unit(unit.cxx, unit.cflags, use, d / "musaenv_pch.h"))
 
     def _add_sensitive(self, names: set[str]) -> None:
         with file_lock(self.root / ".macros.lock"):
@@ -699,3 +724,23 @@ class PchStore:
             with contextlib.suppress(OSError):
                 if now - p.stat().st_mtime > 1.5 * PCH_TIMEOUT_S:
                     p.unlink(missing_ok=True)
+
+
+_HEADER_DIR = re.compile(r"^(split|full)-[0-9A-Za-z_.-]+$")
+
+
+def retire_headers(root: Path, names: Sequence[str]) -> list[str]:
+    """Retire the headers ``names`` of the store ``root`` that a builder found refused (parent side only: a
+    candidate's build names them, :meth:`PchStore.check_used`; it never deletes one). Names that are not a header
+    directory of ``root`` are ignored. Returns the names retired."""
+    done = []
+    for name in dict.fromkeys(names):
+        d = root / name
+        if not _HEADER_DIR.match(name) or not (d / "musaenv_pch.h.gch").is_file():
+            continue
+        with contextlib.suppress(OSError):
+            (d / "failed.json").write_text(json.dumps({"log": "refused by the compiler for an empty unit"}))
+            (d / "musaenv_pch.h.gch").unlink()
+            done.append(name)
+            log.warning("precompiled header %s retired: the compiler refused it", name)
+    return done

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from contextlib import AbstractContextManager, ExitStack, nullcontext
@@ -12,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from musaenv.build.flags import check_spec_flags
-from musaenv.build.loader import BuildSpec, build_extension
+from musaenv.build.loader import BuildOutcome, BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
 from musaenv.evaluator.reference import recv_before
@@ -59,6 +60,10 @@ class CandidateRun:
             verdict is then ``format_error``, whatever the worker made of the refusal.
         answered: The build service's answer per build spec (its JSON) in this run: a spec asked for again (a
             ``load_inline`` inside ``forward``) is answered from here, with no cache lookup or check of the module.
+        binary_flags: Error flags of the built modules' imports (:mod:`musaenv.verification.binary_imports`): the
+            verdict is then ``cheating``, whatever the worker made of the refused build.
+        binary_messages: The findings behind them (and warnings), one line each.
+        binary_warnings: Warning flags of the built modules' imports (library compute under a lenient policy).
     """
 
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
@@ -79,6 +84,9 @@ class CandidateRun:
     timing_layout: tuple[int, int] | None = None
     cpu: list[PhaseUsage] = field(default_factory=list)
     cpu_budget: int = 1
+    binary_flags: list[str] = field(default_factory=list)
+    binary_messages: list[str] = field(default_factory=list)
+    binary_warnings: list[str] = field(default_factory=list)
 
 
 # Stages in which no candidate verdict can be earned: "start" ends before the candidate's code runs, and "draw" only
@@ -113,6 +121,7 @@ def _serve_build(
     backend: str,
     compile_only: bool,
     reply_limit_s: float,
+    binary_policy: str | None = None,
 ) -> float:
     """Build what the worker asked for; returns the seconds spent (excluded from its deadline).
 
@@ -145,6 +154,8 @@ def _serve_build(
         outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
         if not outcome.cached:
             run.compile_time_s += outcome.seconds
+        if outcome.ok and outcome.so_path and binary_policy is not None:
+            outcome = _judge_binary(outcome, binary_policy, run)
         if not outcome.ok:
             run.compile_log = outcome.log
             if outcome.infra_error:
@@ -152,6 +163,28 @@ def _serve_build(
         answer = run.answered[key] = BuildResult.of(outcome).to_dict()
     send(answer)
     return time.monotonic() - t0
+
+
+def _judge_binary(outcome: BuildOutcome, policy: str, run: CandidateRun) -> BuildOutcome:
+    """``outcome`` judged by the symbols its module imports; a module with error findings is never handed to the
+    worker (it gets a failed build) and the run's verdict is ``cheating`` (:attr:`CandidateRun.binary_flags`)."""
+    from pathlib import Path
+
+    from musaenv.verification.binary_imports import binary_findings
+
+    try:
+        findings = binary_findings(Path(str(outcome.so_path)), policy)
+    except OSError as e:  # binutils missing or the module gone: the harness cannot judge it, never the candidate
+        why = f"the built module's imports could not be read ({e})"
+        return dataclasses.replace(outcome, ok=False, so_path=None, log=why, infra_error=True)
+    run.binary_messages += [f"{f.severity}: {f.message}" for f in findings]
+    run.binary_warnings += [f.flag for f in findings if not f.is_error and f.flag not in run.binary_warnings]
+    errors = [f for f in findings if f.is_error]
+    if not errors:
+        return outcome
+    run.binary_flags += [f.flag for f in errors if f.flag not in run.binary_flags]
+    why = "refused: " + "; ".join(f"{f.flag}: {f.message}" for f in errors)
+    return dataclasses.replace(outcome, ok=False, so_path=None, log=why)
 
 
 def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarray], run: CandidateRun) -> bool:
@@ -185,6 +218,7 @@ def drive_candidate(
     backend: str,
     compile_only: bool,
     device_slot: AbstractContextManager[Any] | None = None,
+    binary_policy: str | None = None,
 ) -> CandidateRun:
     """Send ``request`` to a ready candidate worker and follow it to the end (or kill it).
 
@@ -193,7 +227,8 @@ def drive_candidate(
     while their builds, input drawing and (on the CPU) correctness trials overlap.
     """
     with ExitStack() as stack:
-        return _drive(worker, request, cfg, backend, compile_only, device_slot or nullcontext(), stack)
+        slot = device_slot or nullcontext()
+        return _drive(worker, request, cfg, backend, compile_only, slot, stack, binary_policy=binary_policy)
 
 
 def _recv_within(worker: WorkerProcess, clock: StageClock) -> tuple[dict[str, Any], list[np.ndarray]] | str:
@@ -233,6 +268,7 @@ def _drive(
     compile_only: bool,
     device_slot: AbstractContextManager[Any],
     stack: ExitStack,
+    binary_policy: str | None = None,
 ) -> CandidateRun:
     run = CandidateRun(cpu_budget=max(1, request.cpu_threads or 1))
     watch = CpuWatch(worker.pid)
@@ -260,7 +296,8 @@ def _drive(
             msg = decode(got[0], BuildRequest, Stage, Trial, Timing, RuntimeReport, Result)
             arrays = got[1]
             if isinstance(msg, BuildRequest):
-                clock.exclude(_serve_build(worker, msg, run, cfg, backend, compile_only, timeouts[phase]))
+                served = _serve_build(worker, msg, run, cfg, backend, compile_only, timeouts[phase], binary_policy)
+                clock.exclude(served)
             elif isinstance(msg, Stage):
                 if msg.name not in timeouts:
                     raise ProtocolError(f"unknown stage {msg.name!r}")

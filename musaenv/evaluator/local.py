@@ -390,9 +390,15 @@ class LocalEvaluator:
                 self.backend.name,
                 self.backend.compile_only,
                 device_slot=self._device_slot,
+                binary_policy=self._binary_policy(),
             )
         finally:
             worker.close()
+
+    def _binary_policy(self) -> str | None:
+        """The policy every built module is judged under by its imports (:mod:`musaenv.verification.binary_imports`;
+        ``None``: not judged). The static policy: the binary check is what decides the static layer's C++ verdict."""
+        return self.config.static_policy
 
     def close(self) -> None:
         """Stop every worker (idempotent)."""

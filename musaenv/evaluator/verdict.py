@@ -153,7 +153,7 @@ def base_result(
         backend=backend,
         device=device,
         compile_time_s=run.compile_time_s,
-        warnings=tuple(static_warnings),
+        warnings=tuple(dict.fromkeys([*static_warnings, *run.binary_warnings])),
         build_cached=all(b.get("cached") for b in run.builds) if run.builds else None,
         compiler_log=_truncate(run.compile_log, log_chars),
         extra={"builds": run.builds, "sandbox": run.sandbox, "cpu": [u.to_dict() for u in run.cpu]},
@@ -169,6 +169,11 @@ def early_verdict(run: CandidateRun, base: EvalResult, log_chars: int) -> EvalRe
             messages=("the build service failed (not the candidate)",),
             runtime_log=_truncate(run.infra_log, log_chars),
         )
+    if run.binary_flags:  # the built module imports what the policy refuses: decided before anything ran
+        return base.replace(
+            stage=Stage.CHEATING, flags=tuple(run.binary_flags), device=None,
+            messages=("a built module was refused for the library functions it imports", *run.binary_messages),
+        )  # fmt: skip
     if run.refused_log:
         return base.replace(
             stage=Stage.FORMAT_ERROR, device=None, messages=("a build was refused before compiling",),

@@ -33,6 +33,7 @@ FLAG_DESCRIPTIONS: dict[str, str] = {
     "dynamic_code": "exec/eval/importlib/ctypes/pickle/base64 or dynamic attribute access [S23]",
     "process_or_thread": "threads, processes or signals from Python [T2]",
     "thread_or_process": "threads or processes from C++ [T2]",
+    "memory_or_signal": "page protections, memory mappings or signal handlers from C++ (a built module's imports)",
     "network": "network access [S14]",
     "monkeypatch": "patching torch, the harness or any imported module [S20, T4]",
     "profiler_tampering": "switching off the recording of ATen calls that the runtime checks rely on [S20]",

@@ -14,6 +14,8 @@ candidate loaded. This module judges them, in the parent, where the candidate ca
   follow (S6, S7).
 * ``nondeterministic``: a repeat of trial 1 after poisoning freed memory fails the reference (S8, S9); a repeat that
   only differs in bits is the warning ``nondeterministic_bits``.
+* ``stale_output``: trial 1's tensors rewritten in place with a later trial's values gave the old values' answer
+  (an output cache keyed on the address, S11; checked on every evaluation, not sampled).
 * ``thread_started``, ``global_state_changed``, ``timer_tampering``, ``harness_tampering`` (T2, T4, T9, S20).
 * ``suspicious_speedup`` (warning): above the configured ceiling; the speedup is recomputed conservatively.
 
@@ -70,6 +72,8 @@ RUNTIME_FLAGS: dict[str, str] = {
     "output_independent_of_input": "the output did not follow the input where the reference did (S6, S7)",
     "nondeterministic": "a repeat of the same input after poisoning freed memory failed the reference (S8, S9)",
     "nondeterministic_bits": "a repeat of the same input gave different bits, within tolerance",
+    "stale_output": "new values written into the same input tensors gave the old values' answer (S11 cache by address, "
+    "S9 unwritten output)",
     "thread_started": "forward started threads (T2) or more threads than the configured intra-op pool",
     "global_state_changed": "threads, precision or default settings were changed (T9, S17)",
     "timer_tampering": "the timing clock or its helpers were replaced (T4)",
@@ -284,9 +288,30 @@ def _trial_findings(
     if n_pert and first_ok and _bits_equal(arrays[n_rep : n_rep + n_pert], cand[0]):
         out.add("output_not_from_kernel", "trial 1 gave the same bits with the last kernel call's result overwritten")
     out.extra["perturb"] = msg.get("perturb_note", "")
+    _rewrite_findings(msg, arrays[n_rep + n_pert :], cand, ref, passed, tol, out)
     misses = input_dependence_failures(cand, ref, passed)
     if misses:
         out.add("output_independent_of_input", "; ".join(misses[:3]))
+
+
+def _rewrite_findings(
+    msg: Mapping[str, Any],
+    arrays: Sequence[np.ndarray],
+    cand: Sequence[Sequence[np.ndarray]],
+    ref: Sequence[Sequence[np.ndarray]],
+    passed: Sequence[bool],
+    tol: tuple[float, float],
+    out: RuntimeFindings,
+) -> None:
+    """Trial 1's tensors rewritten in place with trial ``j``'s values: the output must be trial ``j``'s reference
+    (judged only when the candidate passed both trials fresh)."""
+    n, j = int(msg.get("rewrite_outputs", 0)), int(msg.get("rewrite_trial", -1))
+    out.extra["rewrite"] = msg.get("rewrite_note", "")
+    if not n or not 0 < j < min(len(passed), len(ref), len(cand)) or not (passed[0] and passed[j]):
+        return
+    cmp = compare_outputs(list(arrays[:n]), list(ref[j]), tol[0], tol[1])
+    if not cmp.passed:
+        out.add("stale_output", f"trial 1's inputs rewritten in place with trial {j + 1}'s values: {cmp.reason}")
 
 
 def assess_runtime(

@@ -113,6 +113,15 @@ def _perturb(t: torch.Tensor, gens: dict[str, torch.Generator]) -> bool:
     return True
 
 
+def _same_scalars(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether two trials' non-tensor arguments (top level) are equal (values that cannot say so: not equal)."""
+    try:
+        scalars = [[x for x in args if not isinstance(x, torch.Tensor)] for args in (a, b)]
+        return bool(scalars[0] == scalars[1])
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
 def _storage(t: torch.Tensor) -> int:
     try:
         return int(t.untyped_storage().data_ptr())
@@ -257,9 +266,14 @@ class RuntimeGuard:
         del blocks
 
     def extra_runs(
-        self, model: Any, make_args: Callable[[], list[Any]], to_array: Callable[..., Any]
+        self,
+        model: Any,
+        make_args: Callable[[], list[Any]],
+        to_array: Callable[..., Any],
+        rewrite: tuple[int, Callable[[], list[Any]]] | None = None,
     ) -> tuple[dict[str, Any], list[Any]]:
-        """The profiled, poisoned repeat of trial 1 and the perturbed run; returns the ``trials`` report and arrays."""
+        """The profiled, poisoned repeat of trial 1, the perturbed run and, given ``rewrite`` (a later trial of the
+        same shape and its inputs), the rewrite run (:meth:`_rewritten`); returns the ``trials`` report and arrays."""
         report: dict[str, Any] = {"type": "runtime", "phase": "trials"}
         arrays: list[Any] = []
         if self.policy == "off" and not self.checks:
@@ -282,6 +296,10 @@ class RuntimeGuard:
             pert, note = self._perturbed(model, make_args, to_array)
             arrays.extend(pert)
             report.update(perturb_outputs=len(pert), perturb_note=note)
+            if rewrite is not None:
+                again, note = self._rewritten(model, make_args, rewrite[1], to_array)
+                arrays.extend(again)
+                report.update(rewrite_outputs=len(again), rewrite_trial=rewrite[0], rewrite_note=note)
             report["kernel_calls"] = list(self.trial_calls) if self.count_calls else None
             report.update(self._facts())
         return report, arrays
@@ -308,6 +326,28 @@ class RuntimeGuard:
             self.calls.hook = None
             hook.restore()
         return arrays, f"overwrote {hook.hit} tensor(s) of extension call {per_call} of {per_call}"
+
+    def _rewritten(
+        self, model: Any, make_args: Callable[[], list[Any]], make_other: Callable[[], list[Any]],
+        to_array: Callable[..., Any],
+    ) -> tuple[list[Any], str]:  # fmt: skip
+        """Run trial 1's inputs, write another trial's values into the *same* tensors, run again: the second
+        output must be that trial's. An answer kept by address (``data_ptr``, ``id``) or by buffer identity returns
+        the first values' output instead (HACKS S11). Run on every evaluation with checks on, not sampled."""
+        args = make_args()
+        with torch.no_grad():
+            model(*args)
+            other = make_other()
+            mine, theirs = list(_tensors(args)), list(_tensors(other))
+            if len(mine) != len(theirs) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(mine, theirs)):
+                return [], "skipped: the other trial's inputs differ in shape"
+            if not _same_scalars(args, other):  # its reference is for its own scalars, which stay trial 1's here
+                return [], "skipped: the other trial's non-tensor inputs differ"
+            for a, b in zip(mine, theirs):
+                a.copy_(b)
+            outs = model(*args)
+        self._sync()
+        return [np.array(to_array(t), copy=True) for t in _flat_outputs(outs)], "rewrote the inputs in place"
 
     def start_timing(self) -> None:
         """Mark the start of the timing phase."""

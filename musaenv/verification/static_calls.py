@@ -37,6 +37,11 @@ def evaluate_call(fa: FunctionAnalyzer, node: ast.Call) -> Val:
         for extra in node.args[2:]:
             fa.value(extra)
         return fa.value(ast.copy_location(ast.Attribute(value=node.args[0], attr=name, ctx=ast.Load()), node))
+    if q == "builtins.getattr" and len(node.args) >= 2:  # a computed name: a kernel of its own extension, if that
+        base = fa.value(node.args[0])
+        for extra in node.args[1:]:
+            fa.value(extra)
+        return Val("kernel", f"{base.ref}.<computed>") if base.kind == "ext" else UNKNOWN
     if q in ("builtins.id", "builtins.hash"):
         fa.emit("cache", node, f"{q.split('.')[1]}() in forward-reachable code keys data on object identity")
     if q == "builtins.super":
@@ -93,6 +98,8 @@ def _apply(fa: FunctionAnalyzer, f: Val, args: list[Val], kws: dict[str, Val], n
         return Val("kernel", f"{f.ref}()")
     if k == "kernel" and f.ref.rsplit(".", 1)[-1] in _RAW_MODULE_METHODS and _imports_cupy(fa.prog):
         return META  # RawModule.compile() and friends launch nothing
+    if k == "kernel" and f.ref.rsplit(".", 1)[-1][:1].isupper() and not f.ref.startswith("cupy"):
+        return Val("ext", f"{f.ref}()")  # ext.Relu(): a py::class_ object of the extension, its methods kernels
     if k == "kernel":
         fa.emit("kernel", node, f.ref)
         return TENSOR

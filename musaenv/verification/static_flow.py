@@ -75,6 +75,14 @@ def _join(kinds: list[str]) -> str:
     return "meta" if kinds and all(k == "meta" for k in kinds) else "unknown"
 
 
+def _module_objects(v: Val) -> bool:
+    """True when ``v`` is an ``nn`` module (or a container of them), or one of several: values a list may hold
+    without anything being computed (calling one later is judged where it is called)."""
+    if v.kind == "union":
+        return bool(v.items) and all(_module_objects(i) for i in v.items)
+    return v.kind in ("nnmod", "modules")
+
+
 def _reraises(handler: ast.ExceptHandler) -> bool:
     return bool(handler.body) and isinstance(handler.body[-1], ast.Raise)
 
@@ -237,8 +245,11 @@ class FunctionAnalyzer:
         if isinstance(node, ast.DictComp):
             self.value(node.key)
             self.value(node.value)
-        else:
-            self.consume(self.value(node.elt), node)
+            return UNKNOWN
+        elt = self.value(node.elt)
+        if _module_objects(elt):  # [m for m in self.net if isinstance(m, nn.Linear)]: plumbing until one is called
+            return Val("modules", items=elt.items if elt.kind == "union" else (elt,))
+        self.consume(elt, node)
         return UNKNOWN
 
     _e_ListComp = _comprehension

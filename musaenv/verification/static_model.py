@@ -243,6 +243,8 @@ class Program:
         q = self.sym.resolve(value.func)
         if q is None:
             f = value.func
+            if isinstance(f, ast.Attribute) and f.attr[:1].isupper() and self.sym.is_ext_expr(f.value):
+                return Val("ext", f"{ast.unparse(f)}()")  # a py::class_ object: its methods are the kernels
             if isinstance(f, ast.Name) and f.id in self.sym.classes:
                 return Val("cls", "Model") if f.id == "Model" else Val("obj", f.id)
             return Val("cls", "Model") if isinstance(f, ast.Name) and f.id == "Model" else UNKNOWN

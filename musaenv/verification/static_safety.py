@@ -18,6 +18,7 @@ __all__ = ["safety_findings"]
 
 _PLAIN_PREFIX = ("os.exec", "os.spawn", "os.wait", "os.posix_spawn")
 _ATTR_BUILTINS = ("builtins.getattr", "builtins.setattr", "builtins.delattr", "builtins.hasattr")
+_READ_BUILTINS = ("builtins.getattr", "builtins.hasattr")  # lookups that change nothing
 _DISPATCH_ATTRS = frozenset({"forward", "__call__", "_call_impl"})
 _LOOKUP_HOOKS = frozenset({"__getattribute__", "__setattr__", "__instancecheck__", "__subclasscheck__"})
 _HOOK_RE = re.compile(r"register_(?:module_)?(?:full_)?(?:forward|backward)(?:_pre)?_hook")
@@ -115,7 +116,8 @@ class _SafetyVisitor(ast.NodeVisitor):
         if q in _ATTR_BUILTINS and len(node.args) >= 2:
             name = node.args[1]
             if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-                self.add("dynamic_code", node, f"{q.split('.')[1]}() with a computed attribute name")
+                if not (q in _READ_BUILTINS and self.sym.is_ext_expr(node.args[0])):  # its own extension: kernels
+                    self.add("dynamic_code", node, f"{q.split('.')[1]}() with a computed attribute name")
             elif q in ("builtins.setattr", "builtins.delattr"):
                 what = f"{q.split('.')[1]}() on {ast.unparse(node.args[0])}"
                 self._patched(node.args[0], node, what, name.value)

@@ -88,7 +88,15 @@ def _runtime_extras(
         program.apply_shape(req.shapes[k])
         return clone_args(to_device(drawn.trial_inputs(program, k, int(first["seed"])), device))
 
-    report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array)
+    # the rewrite run: a later trial of the same shape, its values written into trial 1's own tensors
+    later = next((i for i, t in enumerate(req.trials) if i > 0 and int(t["shape_index"]) == k), None)
+
+    def other_args() -> list[Any]:
+        assert later is not None
+        return clone_args(to_device(drawn.trial_inputs(program, k, int(req.trials[later]["seed"])), device))
+
+    rewrite = None if later is None else (later, other_args)
+    report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array, rewrite)
     if len(report) > 2:  # more than type and phase: something was checked
         chan.send(RuntimeReport.of(report).to_dict(), arrays)
 

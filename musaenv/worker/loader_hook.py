@@ -11,6 +11,7 @@ Every function of a loaded extension is wrapped so that its successful calls are
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.machinery
 import importlib.util
@@ -77,7 +78,17 @@ class KernelCalls:
         for name, value in list(vars(module).items()):
             if not name.startswith("__") and isinstance(value, types.BuiltinFunctionType):
                 setattr(module, name, self.wrap(value))
+            elif isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
+                self._wrap_methods(value)
         module.__musaenv_counted__ = True  # type: ignore[attr-defined]
+
+    def _wrap_methods(self, cls: type) -> None:
+        """Count the methods of a ``py::class_`` the module defines: a kernel exposed as a method is a kernel call."""
+        for name, attr in list(vars(cls).items()):
+            fn = getattr(attr, "__func__", None)  # pybind11 keeps each method as an instancemethod of a builtin
+            if not name.startswith("__") and isinstance(fn, types.BuiltinFunctionType):
+                with contextlib.suppress(TypeError, AttributeError):  # a type that refuses new attributes
+                    setattr(cls, name, self.wrap(fn))
 
 
 @dataclass

@@ -39,6 +39,17 @@ class RuntimeOnlyEvaluator(LocalEvaluator):
     def _static(self, code: str) -> tuple[str, ...]:
         return ()
 
+    def _binary_policy(self) -> str | None:
+        return None  # the static layer's verdict on the built module is not under test here either
+
+
+class BinaryOnlyEvaluator(RuntimeOnlyEvaluator):
+    """Static source checks off, the built module judged by its imports under the strict policy: what decides is
+    the binary check alone (musaenv.verification.binary_imports), before the module is loaded."""
+
+    def _binary_policy(self) -> str | None:
+        return "strict"
+
 
 TIMING = TimingConfig(warmup=1, repeats=5, max_time_s=1.0)
 RUNTIME_ONLY = EvalConfig(static_policy="off", runtime_policy="strict", run_timeout_s=10.0, timing=TIMING)
@@ -62,7 +73,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "s06_scaled_input_tiny": ("tiny", ("output_independent_of_input",)),
     "s07_identity": ("relu", ("incorrect",)),
     "s08_stale_memory": ("relu", ("incorrect", "output_not_from_kernel", "nondeterministic")),
-    "s09_uninitialised_read": ("relu", ("nondeterministic", "incorrect")),
+    # the rewrite run's fresh output often lands on the previous call's block: the unwritten half keeps its answer
+    "s09_uninitialised_read": ("relu", ("nondeterministic", "incorrect", "stale_output")),
     "s10_inplace_alias": ("relu", ("output_aliases_input",)),
     "s10_zero_inputs": ("relu", ("input_mutation",)),
     "s11_cache_shape": ("relu", ("incorrect", "no_kernel_call")),
@@ -100,12 +112,22 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
 # C++ cheats no runtime check can see (they call CPU kernels past the dispatcher): only the static C++ scan stands
 # between them and a reward. Their runtime-only run is expected to fail (strict xfail: a new defence must say so).
 STATIC_ONLY = ("s05_cpu_direct",)
-# Caches keyed on an input's address: every input is a fresh allocation, so a hit happens only when the allocator
-# hands out a freed address again, and then the answer is stale. Either way nothing is gained.
+# Caches keyed on an input's address: caught on every run by writing new values into the same tensors (stale_output).
 POINTER_CACHES = ("s11_cache_data_ptr", "s11_cache_cpp_address")
 # Cheats on timed calls that only the side-by-side reference (``reference="every"``) checks one by one: run with
 # 20 timed calls (the default) instead of 5.
 EVERY_CALL = ("s12_late_window_py",)
+# Library compute and tampering the source text hides (an alias, a thread, a name built at run time): judged by the
+# built module's imports -> the flag that refuses it.
+BINARY = {
+    "b03_ops_alias_thread": "library_compute",
+    "b04_redispatch": "monkeypatch",
+    "b05_dlsym_lookup": "dynamic_code",
+}
+# Compiler output the candidate writes that reads like the machine's fault: it decides nothing.
+BUILD_TEXT = ("b01_disk_full_text", "b02_pch_refusal_text")
+# Honest idioms every defence must accept -> the task they run on.
+HONEST = {"honest_class_kernel": "relu", "honest_module_list": "linear", "honest_getattr_ext": "relu"}
 
 
 @dataclasses.dataclass
@@ -117,7 +139,7 @@ class Suite:
 
     def evaluate(self, mode: str, name: str, seed: int = 1) -> EvalResult:
         """Evaluate candidate ``name`` on its task under ``mode``; assert it stayed contained."""
-        task_key = CASES[name][0] if name in CASES else "relu"
+        task_key = CASES[name][0] if name in CASES else HONEST.get(name, "relu")
         ev = self.runtime if mode == "runtime" else self.full
         result = ev.evaluate(self.tasks[task_key], render(name, **self.traps.subs()), seed=seed)
         assert stray_processes([self.runtime, self.full]) == [], f"{name} left processes running"
@@ -132,7 +154,13 @@ def suite() -> Iterator[Suite]:
     small = dataclasses.replace(
         relu, id="l1_relu_small", shapes={"cpu": ({"batch_size": 64, "dim": 4096}, {"batch_size": 7, "dim": 1001})}
     )
-    tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py")}
+    linear = get_task("l2_linear_relu")
+    linear = dataclasses.replace(
+        linear, id="l2_linear_relu_small",
+        shapes={"cpu": ({"batch_size": 8, "in_features": 64, "out_features": 32},
+                        {"batch_size": 3, "in_features": 33, "out_features": 17})},
+    )  # fmt: skip
+    tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py"), "linear": linear}
     with traps(_env.cache_dir() / "ext") as t:
         runtime, full = RuntimeOnlyEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
         try:
@@ -153,7 +181,8 @@ def _no_reward(r: EvalResult) -> None:
 
 def test_candidate_files_match_the_table() -> None:
     files = {p.stem for p in CANDIDATES_DIR.glob("*.py")}
-    assert files == set(CASES) | set(STATIC_ONLY) | set(POINTER_CACHES) | set(EVERY_CALL) | {"honest_relu"}
+    cases = set(CASES) | set(STATIC_ONLY) | set(POINTER_CACHES) | set(EVERY_CALL) | set(BINARY) | set(BUILD_TEXT)
+    assert files == cases | {"honest_relu"} | set(HONEST)
     assert len(files) - 1 >= 30
 
 
@@ -198,18 +227,14 @@ def test_permissive_policy_reports_coverage_instead(suite: Suite) -> None:
 
 
 @pytest.mark.parametrize("name", POINTER_CACHES)
-def test_address_keyed_caches_gain_nothing(suite: Suite, name: str) -> None:
-    r = suite.evaluate("runtime", name)
-    calls = r.extra["runtime"]["kernel_calls"]
-    if r.stage is Stage.CORRECT:  # no address repeated: every trial computed, the cache never answered
-        assert calls == [1] * r.trials_total, _describe(r)
-    else:  # an address repeated and the cache answered with a stale output: caught
+def test_address_keyed_caches_are_caught_on_every_run(suite: Suite, name: str) -> None:
+    """New values written into trial 1's own tensors, then a call (the rewrite run, on every evaluation): a cache
+    keyed on the address answers with the old values' output. Before, only a sampled recheck could see it (caught in
+    1 of 8 runs)."""
+    for seed in range(1, 6):
+        r = suite.evaluate("runtime", name, seed=seed)
         _no_reward(r)
-        # In a trial the stale output fails the comparison; in the repeat of trial 1 the runtime check names it (no
-        # kernel call, or the poisoned repeat answered from the cache: nondeterministic); in a timed call the rechecks
-        # or the fingerprint probes do.
-        caught = {"no_kernel_call", "nondeterministic", "timed_output_mismatch"} & set(r.flags)
-        assert r.stage is Stage.INCORRECT or caught, _describe(r)
+        assert "stale_output" in r.flags, f"run {seed}: {_describe(r)}"
 
 
 @pytest.mark.parametrize("name", EVERY_CALL)
@@ -225,3 +250,44 @@ def test_every_timed_call_checked(suite: Suite, name: str, mode: str) -> None:
             assert "timed_output_mismatch" in r.flags, f"seed {seed}: {_describe(r)}"
         honest = ev.evaluate(suite.tasks["relu"], render("honest_relu"), seed=4)
         assert honest.stage is Stage.CORRECT and not honest.flags, _describe(honest)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_built_module_is_judged_by_its_imports(suite: Suite, name: str) -> None:
+    """Refused on every one of 5 runs before the module is loaded (no kernel call, no output); the honest
+    kernel passes the same check."""
+    with BinaryOnlyEvaluator("cpu", RUNTIME_ONLY) as ev:
+        for seed in range(1, 6):
+            r = ev.evaluate(suite.tasks["relu"], render(name), seed=seed)
+            _no_reward(r)
+            assert r.stage is Stage.CHEATING and BINARY[name] in r.flags, f"run {seed}: {_describe(r)}"
+            assert r.trials_total == 0, _describe(r)  # its module was never loaded: no trial ran
+        honest = ev.evaluate(suite.tasks["relu"], render("honest_relu"), seed=6)
+        assert honest.stage is Stage.CORRECT and not honest.flags, _describe(honest)
+
+
+def _headers() -> tuple[set[str], str]:
+    pch = _env.cache_dir() / "pch"
+    macros = pch / "macros.json"
+    return {p.parent.name for p in pch.glob("*/musaenv_pch.h.gch")}, macros.read_text() if macros.exists() else ""
+
+
+def test_compiler_text_decides_nothing(suite: Suite) -> None:
+    """A log reading "No space left on device" is the candidate's compile error (scored, never infra_error); a
+    #warning reading like GCC's refusal of the shared header retires and keys nothing (the kernel is honest)."""
+    before = _headers()
+    for seed in range(1, 6):
+        r = suite.evaluate("full", "b01_disk_full_text", seed=seed)
+        assert r.stage is Stage.COMPILE_ERROR, f"run {seed}: {_describe(r)}"
+        r = suite.evaluate("full", "b02_pch_refusal_text", seed=seed)
+        assert r.stage is Stage.CORRECT, f"run {seed}: {_describe(r)}"
+    assert _headers() == before
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_honest_idioms_are_correct(suite: Suite, name: str) -> None:
+    """A py::class_ method as the kernel (counted as a kernel call), modules collected in forward without being
+    called, a computed lookup on the candidate's own extension: correct under every defence, kernel calls seen."""
+    r = suite.evaluate("full", name)
+    assert r.stage is Stage.CORRECT and not r.flags, _describe(r)
+    assert all(n >= 1 for n in r.extra["runtime"]["kernel_calls"]), _describe(r)

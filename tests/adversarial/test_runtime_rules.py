@@ -98,6 +98,19 @@ def test_unchanged_output_after_overwriting_the_kernel_result_is_flagged() -> No
     assert out.flags == []
 
 
+def test_the_old_answer_after_an_in_place_rewrite_is_flagged() -> None:
+    ref = _trials()
+    cand = [[r[0].copy()] for r in ref]
+    report = _report(repeat_outputs=1, rewrite_outputs=1, rewrite_trial=2)
+    stale = [cand[0][0].copy(), cand[0][0].copy()]  # the repeat, then trial 1's answer for trial 3's values
+    out = assess_runtime(report, stale, cand, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == ["stale_output"]
+    fresh = [cand[0][0].copy(), ref[2][0].copy()]
+    assert assess_runtime(report, fresh, cand, ref, [True] * 3, TOL, STRICT).flags == []
+    # not judged when the candidate failed that trial fresh (its own error, reported as incorrect already)
+    assert assess_runtime(report, stale, cand, ref, [True, True, False], TOL, STRICT).flags == []
+
+
 def test_missing_kernel_calls_and_cached_repeat_are_flagged() -> None:
     ref = _trials()
     out = assess_runtime(_report(kernel_calls=[1, 0, 1]), [], ref, ref, [True] * 3, TOL, STRICT)

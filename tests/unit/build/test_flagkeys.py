@@ -15,7 +15,7 @@ import pytest
 
 from musaenv.build.fastbuild import _final_error
 from musaenv.build.flagkeys import bind_key_flags, pch_key_flags, refusal, refused_macros, strip_refusals
-from musaenv.build.pch import CompileFlags, PchStore
+from musaenv.build.pch import CompileFlags, PchStore, retire_headers
 
 HEADER = """#include <vector>
 #include <cmath>
@@ -97,27 +97,54 @@ def test_gcc_accepts_what_the_key_separates_and_refuses_what_it_keeps(tmp_path: 
                 tmp_path)  # fmt: skip
     assert refused_macros(refusal(warn)) == {"MUSAENV_TEST_SCALE"}
     assert "Winvalid-pch" not in strip_refusals(warn)
-    store, d = _store_with_header(tmp_path, ["-O3", "-DMUSAENV_TEST_SCALE=2.0f"])
+    gch = tmp_path / "h.h.gch"
+    store, d = _store_with_header(tmp_path, ["-O3", "-DMUSAENV_TEST_SCALE=2.0f"], gch)
     store.check_used("split", _flags(["-O3", "-DMUSAENV_TEST_SCALE=2.0f"]), warn)
     assert (d / "musaenv_pch.h.gch").exists() and not (d / "failed.json").exists()
     assert PchStore(store.root).sensitive_macros() == ("MUSAENV_TEST_SCALE",)
     assert PchStore(store.root)._dir("split", _flags(["-O3", "-DMUSAENV_TEST_SCALE=2.0f"])) != d
-    # refused for anything else: the header is retired
-    warn = _gxx([*BASE, "-O3", "-march=x86-64-v3", "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp"], tmp_path)
-    store, d = _store_with_header(tmp_path / "other", ["-O3"])
-    store.check_used("split", _flags(["-O3"]), warn)
+    # refused for anything else: named for the parent, which retires it (the builder deletes nothing)
+    user = ["-O3", "-march=x86-64-v3"]
+    warn = _gxx([*BASE, *user, "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp"], tmp_path)
+    store, d = _store_with_header(tmp_path / "other", user, gch)  # a header made for other flags, wrongly keyed
+    store.check_used("split", _flags(user), warn)
+    assert store.refused == [d.name] and (d / "musaenv_pch.h.gch").exists()
+    assert retire_headers(store.root, [*store.refused, "../escape", "split-missing"]) == [d.name]
     assert (d / "failed.json").exists() and not (d / "musaenv_pch.h.gch").exists()
+
+
+@needs_gxx
+def test_refusal_text_the_candidate_prints_changes_nothing(tmp_path: Path) -> None:
+    """A ``#warning`` worded like GCC's refusal: the empty unit with the same flags uses the header, so nothing is
+    keyed or retired (before: the shared header was deleted and every later build went without it)."""
+    (tmp_path / "h.h").write_text(HEADER)
+    _gxx([*BASE, *pch_key_flags(["-O3"]), "-x", "c++-header", "h.h", "-o", "h.h.gch"], tmp_path)
+    (tmp_path / "u.cpp").write_text(
+        '#warning "musaenv_pch.h.gch: not used because `MUSAENV_OTHER\' is defined [-Winvalid-pch]"\n'
+        "#warning \"musaenv_pch.h.gch: created and used with differing settings of '-march=' [-Winvalid-pch]\"\n"
+    )
+    user = ["-O3", "-DMUSAENV_OTHER=2", "-include", "u.cpp"]  # its own source named by a flag, too
+    out = subprocess.run(["g++", *BASE, *user, "-fsyntax-only", "-x", "c++", "/dev/null"], cwd=tmp_path,
+                         capture_output=True, text=True).stderr  # fmt: skip
+    assert refusal(out), out
+    store, d = _store_with_header(tmp_path, ["-O3"], tmp_path / "h.h.gch")
+    store.check_used("split", _flags(["-O3"]), out)
+    store.check_used("split", _flags(user), out)
+    assert store.refused == [] and PchStore(store.root).sensitive_macros() == ()
+    assert (d / "musaenv_pch.h.gch").exists() and not (d / "failed.json").exists()
 
 
 def _flags(user: list[str]) -> CompileFlags:
     return CompileFlags(("g++",), (*BASE, *user), (), tuple(user), len(BASE))
 
 
-def _store_with_header(root: Path, user: list[str]) -> tuple[PchStore, Path]:
+def _store_with_header(root: Path, user: list[str], gch: Path) -> tuple[PchStore, Path]:
+    """A store whose header for ``user`` is ``gch`` (a real one: the store checks a refusal against it)."""
     store = PchStore(root / "pch")
     d = store._dir("split", _flags(user))
     d.mkdir(parents=True)
-    (d / "musaenv_pch.h.gch").write_bytes(b"stand-in for a header: only its presence is read here")
+    shutil.copyfile(gch, d / "musaenv_pch.h.gch")
+    (d / "musaenv_pch.h").write_text("#error the header's text is never parsed here\n")
     return store, d
 
 

@@ -45,3 +45,13 @@ def test_disk_filling_during_a_build_is_infra_error(tiny_fs: Path) -> None:
     assert not out.ok and out.infra_error, out  # the object file does not fit: the disk's fault, said so
     assert "No space left on device" in out.log or "cannot be written" in out.log, out.log[-2000:]
     assert not (tiny_fs / "ext" / spec.name / "failed.json").exists()  # never cached as the candidate's error
+
+
+def test_a_log_that_reads_like_a_full_disk_is_the_candidates_compile_error(tmp_path: Path) -> None:
+    """The verdict comes from the builder's own write, not from the text the candidate's source makes GCC print."""
+    src = f'#include <torch/extension.h>\n// {uuid.uuid4().hex}\n#error "No space left on device"\n'
+    spec = BuildSpec.from_load_inline({"cpp_sources": src + "int f() { return 0; }\n", "functions": ["f"]}, "cpu")
+    out = build_extension(spec, timeout_s=120.0, root=tmp_path / "ext")
+    assert not out.ok and not out.infra_error, out
+    assert "No space left on device" in out.log
+    assert not (tmp_path / "ext" / spec.name / "failed.json").exists()  # a log saying so is never cached either

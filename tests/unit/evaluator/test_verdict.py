@@ -67,6 +67,8 @@ def test_base_result_carries_ids_builds_and_static_warnings() -> None:
         ({"failure": ("cheating", "forged"), "flags": ["protocol_violation"]}, Stage.CHEATING, "protocol_violation"),
         ({"failure": ("timeout", "slow")}, Stage.TIMEOUT, None),
         ({"compile_only": True}, Stage.COMPILED, None),
+        # a refused module is cheating even when the worker then failed with a compile error (its load_inline failed)
+        ({"binary_flags": ["dynamic_code"], "failure": ("compile_error", "refused")}, Stage.CHEATING, "dynamic_code"),
     ],
 )
 def test_early_verdicts(setup: dict[str, object], stage: Stage, flag: str | None) -> None:

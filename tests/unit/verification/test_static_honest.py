@@ -108,3 +108,39 @@ def test_plumbing_and_integer_arithmetic_are_allowed_in_forward() -> None:
     report = analyze_candidate(candidate(body))
     assert report.ok, report.messages
     assert report.findings == ()
+
+
+_IDIOMS = Path(__file__).resolve().parents[2] / "adversarial" / "candidates"
+
+
+@pytest.mark.parametrize(
+    ("name", "kernel"),
+    [
+        ("honest_class_kernel", "ext.Relu().forward"),
+        ("honest_module_list", "ext.linear_relu"),
+        ("honest_getattr_ext", "ext.<computed>"),
+    ],
+)
+def test_honest_idioms_pass_strict(name: str, kernel: str) -> None:
+    """A py::class_ method as the kernel, modules collected in forward, a computed lookup on its own extension."""
+    report = analyze_candidate((_IDIOMS / f"{name}.py").read_text(), policy="strict", backend="cpu")
+    assert report.findings == () and report.kernel_calls == (kernel,), report.messages
+
+
+@pytest.mark.parametrize(
+    ("name", "old", "new", "flag"),
+    [
+        ("honest_module_list", "x = ext.linear_relu(x, layer.weight, layer.bias)", "x = layer(x)",
+         "forbidden_torch_op"),
+        ("honest_module_list", "[m for m in", "[m(x) for m in", "forbidden_torch_op"),
+        ("honest_getattr_ext", 'getattr(ext, f"{self.op}_launch")', 'getattr(torch, f"{self.op}")', "dynamic_code"),
+        ("honest_getattr_ext", 'getattr(ext, f"{self.op}_launch")', 'getattr(self, f"{self.op}")', "dynamic_code"),
+        ("honest_class_kernel", "return self.kernel.forward(x)", "return torch.relu(self.kernel.forward(x))",
+         "forbidden_torch_op"),
+    ],
+)  # fmt: skip
+def test_the_idioms_do_not_open_a_way_around(name: str, old: str, new: str, flag: str) -> None:
+    source = (_IDIOMS / f"{name}.py").read_text()
+    assert old in source
+    report = analyze_candidate(source.replace(old, new), policy="strict", backend="cpu")
+    assert flag in report.flags, report.messages

@@ -1,0 +1,89 @@
+"""The built-module check: each imported symbol judged by name (no build), and a real module's imports read back."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from musaenv.verification.binary_imports import _plain_name, binary_findings, imported_symbols, judge_symbol
+
+
+@pytest.mark.parametrize(
+    ("demangled", "plain"),
+    [
+        ("float* at::TensorBase::data_ptr<float>() const", "at::TensorBase::data_ptr"),
+        ("at::_ops::add_Tensor::call(at::Tensor const&, c10::Scalar const&)", "at::_ops::add_Tensor::call"),
+        ("dlsym@GLIBC_2.34", "dlsym"),
+        ("vtable for c10::OperatorKernel", "c10::OperatorKernel"),
+        ("std::vector<int, std::allocator<int> >::operator()(long)", "std::vector::operator()"),
+    ],
+)  # fmt: skip
+def test_a_demangled_symbol_reads_as_its_qualified_name(demangled: str, plain: str) -> None:
+    assert _plain_name(demangled) == plain
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"),
+    [
+        ("at::_ops::addmm::call", "library_compute"),
+        ("at::_ops::add_Tensor::call", "library_compute"),
+        ("at::_ops::float_power_Tensor_Scalar::call", "library_compute"),  # not the cast float()
+        ("at::_ops::empty_like::redispatch", "library_compute"),  # any redispatch
+        ("at::native::relu", "library_compute"),
+        ("at::native::cpublas::gemm", "library_compute"),
+        ("at::cpu::clamp_min", "library_compute"),
+        ("sgemm_", "vendor_library"),
+        ("cblas_sgemm", "vendor_library"),
+        ("c10::Dispatcher::realSingleton", "monkeypatch"),
+        ("torch::Library::_def", "monkeypatch"),
+        ("torch::detail::TorchLibraryInit::TorchLibraryInit", "monkeypatch"),
+        ("torch::jit::getOperation", "graph_replay"),
+        ("at::enableRecordFunction", "profiler_tampering"),
+        ("dlopen", "dynamic_code"),
+        ("mprotect", "memory_or_signal"),
+        ("sigaction", "memory_or_signal"),
+        ("mmap64", "memory_or_signal"),
+        ("PyEval_GetFrame", "introspection"),
+        ("PyThreadState_GetFrame", "introspection"),
+        ("PyImport_ImportModule", "introspection"),
+        ("PySys_GetObject", "introspection"),
+    ],
+)
+def test_what_reaches_library_compute_or_the_harness_is_refused(name: str, flag: str) -> None:
+    got = judge_symbol(name)
+    assert got is not None and got[0] == flag, (name, got)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "at::_ops::empty_like::call", "at::_ops::zeros_like::call", "at::_ops::empty_memory_format::call",
+        "at::_ops::view::call", "at::_ops::to_dtype::call", "at::_ops::copy_::call", "at::_ops::_to_copy::call",
+        "at::TensorBase::__dispatch_contiguous", "c10::TensorImpl::set_autograd_meta", "at::cpu::empty",
+        "c10::impl::ExcludeDispatchKeyGuard::ExcludeDispatchKeyGuard", "std::thread::_M_start_thread", "GOMP_parallel",
+        "omp_get_thread_num", "expf", "memcpy", "Sleef_expf8_u10", "PyFrame_GetBack", "PyObject_GetAttrString",
+        "pybind11::detail::type_caster::load", "at::isRecordFunctionEnabled", "at::internal::invoke_parallel",
+    ],
+)  # fmt: skip
+def test_plumbing_and_runtimes_pass(name: str) -> None:
+    assert judge_symbol(name) is None, name
+
+
+def test_library_compute_follows_the_policy_and_the_rest_does_not(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None or shutil.which("nm") is None:
+        pytest.skip("needs gcc and binutils")
+    src = tmp_path / "m.c"
+    src.write_text(
+        '#include <dlfcn.h>\nextern void sgemm_(void);\nvoid* f(void) { sgemm_(); return dlsym(RTLD_DEFAULT, "x"); }\n'
+    )
+    so = tmp_path / "m.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(so)], check=True, capture_output=True)
+    assert {"sgemm_", "dlsym"} <= {s.split("@")[0] for s in imported_symbols(so)}
+    strict = {(f.flag, f.severity) for f in binary_findings(so, "strict")}
+    assert strict == {("vendor_library", "error"), ("dynamic_code", "error")}
+    lenient = {(f.flag, f.severity) for f in binary_findings(so, "kernelbench")}
+    assert lenient == {("vendor_library", "warning"), ("dynamic_code", "error")}
+    assert {(f.flag, f.severity) for f in binary_findings(so, "off")} == {("dynamic_code", "error")}
