@@ -22,30 +22,38 @@ DEMO_TASK = "l1_relu"
 
 @contextmanager
 def progress(label: str, enabled: bool = True) -> Iterator[None]:
-    """Show a live elapsed-time line while a long step (compiling, running) is in progress."""
-    if not enabled:
+    """One long step (a first build, a run): a live bar on a terminal, a heartbeat line every 30 s off it."""
+    from musaenv.evaluator.progress import Progress
+
+    with Progress(1, label, enabled=enabled) as bar, bar.working(label):
         yield
-        return
-    from tqdm import tqdm
+        bar.update()
 
-    stop = threading.Event()
-    # disable=None: no bar when stderr is not a terminal (logs and pipes stay clean).
-    bar = tqdm(
-        total=None, desc=label, bar_format="{desc}: {elapsed} elapsed", file=sys.stderr, leave=False, disable=None
-    )
 
-    def tick() -> None:
-        while not stop.wait(0.5):
-            bar.refresh()
+class _DeriveProgress:
+    """The progress of ``tasks --dir``'s derivations (minutes per file cold): a bar, or a line every 30 s."""
 
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        bar.close()
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+
+    def starting(self, done: int, total: int, task_id: str) -> None:
+        if self.bar is None:
+            from musaenv.evaluator.progress import Progress
+
+            self.bar = Progress(total, "deriving shapes", enabled=self.enabled)
+        self.bar.begin(task_id)
+
+    def finished(self, done: int, total: int, task_id: str) -> None:
+        self.bar.end(task_id)
+        self.bar.update()
+
+    def __enter__(self) -> _DeriveProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _shapes_text(shapes: Sequence[dict[str, Any]]) -> str:
@@ -63,13 +71,8 @@ def _cmd_tasks_dir(args: argparse.Namespace) -> int:
     )
     levels = None if args.level is None else (args.level,)
 
-    def report(done: int, total: int, task_id: str) -> None:
-        if not args.json and sys.stderr.isatty():
-            print(f"\rderiving shapes {done}/{total}: {task_id[:50]:<50}", end="", file=sys.stderr, flush=True)
-
-    tasks = load_suite(args.dir, levels=levels, config=config, progress=report)
-    if not args.json and sys.stderr.isatty():
-        print(file=sys.stderr)
+    with _DeriveProgress(enabled=not args.json) as shown:
+        tasks = load_suite(args.dir, levels=levels, config=config, progress=shown.finished, starting=shown.starting)
     rows = [listing(t) for t in tasks]
     if args.json:
         print(json.dumps(rows, indent=2))
