@@ -90,3 +90,26 @@ def test_the_interval_comes_from_the_environment(monkeypatch: Any) -> None:
     assert Progress(1, enabled=False).interval_s == 0.25
     monkeypatch.setenv("MUSAENV_PROGRESS_INTERVAL_S", "soon")
     assert Progress(1, enabled=False).interval_s == 30.0
+
+
+def test_bench_off_a_terminal_beats_while_a_slow_sample_runs(tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """``musaenv bench`` in a job log: a slow sample (a cold build) gets lines naming it before anything finishes."""
+    from musaenv.bench.runner import BenchOptions, run_bench
+    from tests.unit.bench.test_runner import Double, _samples
+
+    class Slow(Double):
+        def _evaluate(self, task: Any, response: str) -> Any:
+            time.sleep(0.6 if task.id == "l1_relu" else 0.0)
+            return super()._evaluate(task, response)
+
+    ev = Slow(max_in_flight=2)
+    opts = BenchOptions(backend="cpu", progress=True, progress_interval_s=0.1)
+    try:
+        with caplog.at_level(logging.INFO, logger="musaenv.progress"):
+            run_bench(_samples({"l1_relu": ["correct:1.5"], "l1_add": ["incorrect"]}), tmp_path, opts, evaluator=ev)
+    finally:
+        ev.close()
+    msgs = [r.getMessage() for r in caplog.records if r.name == "musaenv.progress"]
+    waiting = [m for m in msgs if m.startswith("bench: 1/2 (50%)") and "running: l1_relu#0" in m]
+    assert len(waiting) >= 2 and "ETA " in waiting[0] and "/min" in waiting[0], msgs
+    assert msgs[-1].startswith("bench: 2/2 (100%)") and "running" not in msgs[-1], msgs
