@@ -5,7 +5,7 @@ A block is run when the line before its fence is a marker; a block that cannot r
     <!-- docs-test: run -->                          the block runs alone (python or bash)
     <!-- docs-test: run, continues -->               appended to the previous python block of the file
     <!-- docs-test: run, requires=pyarrow -->        skipped (not failed) where a module is missing (the extra)
-    <!-- docs-test: run, replace=range(20)->range(2) -->   a smaller budget for the test, the text otherwise kept
+    <!-- docs-test: run, replace=range(20)->range(2) -->   a smaller budget for the test (repeatable)
     <!-- docs-test: skip (needs a CUDA GPU) -->      not runnable here, and why
 
 Python blocks run with this interpreter in a fresh folder; bash blocks with ``bash -euo pipefail`` and this
@@ -42,13 +42,17 @@ class Block:
     requires: tuple[str, ...]
 
 
-def _options(text: str) -> dict[str, str]:
-    opts = {}
+def _options(text: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """The marker's options, and its ``replace=OLD->NEW`` pairs (there may be several)."""
+    opts, replaces = {}, []
     for part in (p.strip() for p in text.split(",")):
         key, _, value = part.partition("=")
-        if key:
+        if key == "replace":
+            old, _, new = value.partition("->")
+            replaces.append((old, new))
+        elif key:
             opts[key] = value
-    return opts
+    return opts, replaces
 
 
 def _blocks(path: Path) -> list[Block]:
@@ -62,9 +66,8 @@ def _blocks(path: Path) -> list[Block]:
         assert fence, f"{path.name}:{i + 1}: a docs-test marker must sit right above a fenced block"
         end = lines.index("```", i + 2)
         code = "\n".join(lines[i + 2 : end]) + "\n"
-        opts = _options(m.group(2))
-        if "replace" in opts:
-            old, new = opts["replace"].split("->")
+        opts, replaces = _options(m.group(2))
+        for old, new in replaces:
             assert old in code, f"{path.name}:{i + 1}: {old!r} is not in the block"
             code = code.replace(old, new)
         requires = tuple(opts.get("requires", "").split("+")) if opts.get("requires") else ()
