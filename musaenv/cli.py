@@ -22,30 +22,48 @@ DEMO_TASK = "l1_relu"
 
 @contextmanager
 def progress(label: str, enabled: bool = True) -> Iterator[None]:
-    """Show a live elapsed-time line while a long step (compiling, running) is in progress."""
-    if not enabled:
+    """One long step (a first build, a run): a live bar on a terminal, a heartbeat line every 30 s off it."""
+    from musaenv.evaluator.progress import Progress
+
+    with Progress(1, label, enabled=enabled) as bar, bar.working(label):
         yield
-        return
-    from tqdm import tqdm
+        bar.update()
 
-    stop = threading.Event()
-    # disable=None: no bar when stderr is not a terminal (logs and pipes stay clean).
-    bar = tqdm(
-        total=None, desc=label, bar_format="{desc}: {elapsed} elapsed", file=sys.stderr, leave=False, disable=None
-    )
 
-    def tick() -> None:
-        while not stop.wait(0.5):
-            bar.refresh()
+def _cmd_warmup(args: argparse.Namespace) -> int:
+    """``musaenv warmup`` with a progress display: each flag set builds for a minute or more, silently."""
+    from musaenv.build import warmup
 
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-        bar.close()
+    with _ItemProgress(enabled=True, desc="warmup") as shown:
+        return warmup._cmd_warmup(args, starting=shown.starting, finished=shown.finished)
+
+
+class _ItemProgress:
+    """The progress of items whose count is known at the first one (``tasks --dir``'s derivations, minutes per file
+    cold; ``warmup``'s builds): a bar, or a line every 30 s naming the item running."""
+
+    def __init__(self, enabled: bool, desc: str = "deriving shapes") -> None:
+        self.enabled = enabled
+        self.desc = desc
+        self.bar: Any = None
+
+    def starting(self, done: int, total: int, task_id: str) -> None:
+        if self.bar is None:
+            from musaenv.evaluator.progress import Progress
+
+            self.bar = Progress(total, self.desc, enabled=self.enabled)
+        self.bar.begin(task_id)
+
+    def finished(self, done: int, total: int, task_id: str) -> None:
+        self.bar.end(task_id)
+        self.bar.update()
+
+    def __enter__(self) -> _ItemProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _shapes_text(shapes: Sequence[dict[str, Any]]) -> str:
@@ -63,13 +81,8 @@ def _cmd_tasks_dir(args: argparse.Namespace) -> int:
     )
     levels = None if args.level is None else (args.level,)
 
-    def report(done: int, total: int, task_id: str) -> None:
-        if not args.json and sys.stderr.isatty():
-            print(f"\rderiving shapes {done}/{total}: {task_id[:50]:<50}", end="", file=sys.stderr, flush=True)
-
-    tasks = load_suite(args.dir, levels=levels, config=config, progress=report)
-    if not args.json and sys.stderr.isatty():
-        print(file=sys.stderr)
+    with _ItemProgress(enabled=not args.json) as shown:
+        tasks = load_suite(args.dir, levels=levels, config=config, progress=shown.finished, starting=shown.starting)
     rows = [listing(t) for t in tasks]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -243,6 +256,8 @@ def _build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
     for register in _optional_subcommands():
         register(sub)
+    if "warmup" in sub.choices:  # the build package cannot import the progress display (a layer above it)
+        sub.choices["warmup"].set_defaults(func=_cmd_warmup)
     return p
 
 

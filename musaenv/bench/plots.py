@@ -14,7 +14,7 @@ from typing import Any
 
 from musaenv.bench.metrics import FAST_P_THRESHOLDS, Outcome, fast_p
 
-__all__ = ["write_plots"]
+__all__ = ["speedup_bin_edges", "write_plots"]
 
 log = logging.getLogger(__name__)
 
@@ -55,23 +55,57 @@ def _fast_p_curve(ax: Any, outcomes: Sequence[Outcome], base: str) -> None:
     marks = [(p, fast_p(outcomes, p)) for p in FAST_P_THRESHOLDS]
     ax.plot([p for p, _ in marks], [100 * (v or 0.0) for _, v in marks], "o", color="tab:blue")
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set(xlabel=f"speedup threshold p (vs {base})", ylabel="fast_p: correct and speedup > p (%)", ylim=(0, 100))
-    ax.set_title("fast_p")
+    ax.set(
+        xlabel=f"speedup threshold p (×, {base} time / candidate time)",
+        ylabel="correct and speedup > p (% of scored)",
+        ylim=(0, 100),
+    )
+    ax.set_title("fast_p: share of samples correct and faster than p")
+
+
+def speedup_bin_edges(speeds: Sequence[float], n_bins: int = 30) -> list[float]:
+    """Log-spaced histogram edges that hold every speedup in ``speeds`` (all > 0), 1.0 always inside.
+
+    The edges come from ``10 ** log10(x)``, which rounds: the first edge can land one ulp above the smallest
+    speedup (and the last one below the largest), and numpy's histogram then drops those samples without a word.
+    The outer edges are therefore set to the extremes themselves.
+    """
+    lo, hi = math.log10(min(speeds)), math.log10(max(speeds))
+    lo, hi = min(lo, -0.1), max(hi, 0.1)
+    edges = [10 ** (lo + (hi - lo) * i / n_bins) for i in range(n_bins + 1)]
+    edges[0] = min(edges[0], min(speeds))
+    edges[-1] = max(edges[-1], max(speeds))
+    return edges
 
 
 def _speedup_histogram(ax: Any, outcomes: Sequence[Outcome], base: str) -> None:
     speeds = [o.speedup for o in outcomes if o.scored and o.correct and o.speedup and o.speedup > 0]
     if speeds:
-        lo, hi = math.log10(min(speeds)), math.log10(max(speeds))
-        lo, hi = min(lo, -0.1), max(hi, 0.1)
-        bins = [10 ** (lo + (hi - lo) * i / 30) for i in range(31)]
-        ax.hist(speeds, bins=bins, color="tab:green")
+        ax.hist(speeds, bins=speedup_bin_edges(speeds), color="tab:green")
         ax.set_xscale("log")
+        _plain_log_ticks(ax)
     else:
         ax.text(0.5, 0.5, "no correct timed samples", ha="center", va="center", transform=ax.transAxes)
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set(xlabel=f"speedup vs {base} (log scale)", ylabel="correct samples")
-    ax.set_title("speedups of correct samples")
+    ax.set(xlabel=f"speedup = {base} time / candidate time (×, log scale)", ylabel="correct samples (count)")
+    ax.set_title(f"Speedups of the {len(speeds)} correct timed samples")
+    _integer_counts(ax)
+
+
+def _plain_log_ticks(ax: Any) -> None:
+    """Label a log x axis as ``0.3×``, not ``3×10⁻¹``: the minor labels of the default collide on a narrow range."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}×"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _integer_counts(ax: Any) -> None:
+    """Counts of samples are whole: no 0.25 ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _verdicts_by_level(ax: Any, outcomes: Sequence[Outcome]) -> None:
@@ -83,7 +117,8 @@ def _verdicts_by_level(ax: Any, outcomes: Sequence[Outcome]) -> None:
         heights = [counts[lv][stage] for lv in levels]
         ax.bar([str(lv) for lv in levels], heights, bottom=bottom, label=stage)
         bottom = [b + h for b, h in zip(bottom, heights)]
-    ax.set(xlabel="level", ylabel="samples")
-    ax.set_title("verdicts per level")
+    ax.set(xlabel="KernelBench level", ylabel="samples (count)")
+    ax.set_title("Verdicts per level")
+    _integer_counts(ax)
     if stages:
         ax.legend(fontsize="small")

@@ -135,9 +135,10 @@ def _outcome(fut: Future[EvalResult], sample: Sample, backend: str) -> EvalResul
                           messages=(f"evaluator failed: {type(e).__name__}: {e}",))  # fmt: skip
 
 
-def _evaluate(ev: Any, jobs: Sequence[list[Sample]], seed: int, warm: set[str]
+def _evaluate(ev: Any, jobs: Sequence[list[Sample]], seed: int, warm: set[str], bar: Progress | None = None
               ) -> Iterator[tuple[list[Sample], EvalResult]]:  # fmt: skip
-    """Yield ``(group, result)`` as evaluations finish, never more in flight than the evaluator holds."""
+    """Yield ``(group, result)`` as evaluations finish, never more in flight than the evaluator holds; ``bar`` is
+    told which samples are in flight (its lines name them)."""
     queue = _TaskQueue(jobs, warm)
     limit = max(1, int(getattr(ev, "max_in_flight", 1)))
     backend = str(getattr(getattr(ev, "backend", None), "name", ""))
@@ -145,13 +146,21 @@ def _evaluate(ev: Any, jobs: Sequence[list[Sample]], seed: int, warm: set[str]
     while queue or pending:
         while len(pending) < limit and (group := queue.take()) is not None:
             pending[ev.submit(group[0].task, group[0].response, seed)] = group
+            if bar is not None:
+                bar.begin(_label(group[0]))
         if not pending:  # cannot happen (only a task with a job in flight is held back); never spin
             raise RuntimeError("bench scheduler: jobs left but none could start")
         done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
         for fut in done:
             group = pending.pop(fut)
             queue.finished(group[0].task_key)
+            if bar is not None:
+                bar.end(_label(group[0]))
             yield group, _outcome(fut, group[0], backend)
+
+
+def _label(sample: Sample) -> str:
+    return f"{sample.task_key}#{sample.sample}"
 
 
 def result_row(sample: Sample, result: EvalResult, duplicate_of: int | None = None) -> dict[str, Any]:
@@ -212,7 +221,7 @@ def run_bench(samples: Sequence[Sample], out_dir: str | Path, options: BenchOpti
             bar = stack.enter_context(
                 Progress(total, "bench", enabled=options.progress, interval_s=options.progress_interval_s)
             )
-            for group, result in _evaluate(ev, jobs, options.seed, warm={k for k, _ in done}):
+            for group, result in _evaluate(ev, jobs, options.seed, warm={k for k, _ in done}, bar=bar):
                 for i, s in enumerate(group):
                     store.append(result_row(s, result, duplicate_of=group[0].sample if i else None))
                 bar.update(result.stage.value, n=len(group))

@@ -129,9 +129,14 @@ def _spawn(items: Sequence[dict[str, Any]], timeout_s: float, background: bool) 
 
 
 def warmup(
-    flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bool = True, say: Callable[[str], None] = print
+    flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS,
+    full: bool = True,
+    say: Callable[[str], None] = print,
+    starting: Callable[[int, int, str], None] | None = None,
+    finished: Callable[[int, int, str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Build every item of :func:`warmup_items` (each in its own confined builder); ``say`` gets progress lines."""
+    """Build every item of :func:`warmup_items` (each in its own confined builder); ``say`` gets progress lines,
+    ``starting``/``finished`` get (index, total, label) around each item (a progress display's hooks)."""
     import shutil
 
     rows = []
@@ -139,6 +144,9 @@ def warmup(
     for i, item in enumerate(items, start=1):
         flags = " ".join(item["extra_cflags"]) or "(no flags)"
         say(f"[{i}/{len(items)}] {item['kind']:<5} {flags}: {_WHY[item['kind']]}")
+        label = f"{item['kind']} {flags}"
+        if starting is not None:
+            starting(i - 1, len(items), label)
         proc, tmp = _spawn([item], 1800.0, background=False)
         proc.wait()
         try:
@@ -153,6 +161,8 @@ def warmup(
         else:
             say(f"        {'done' if row.get('ok') else 'FAILED'} in {row.get('seconds', 0):.1f} s")
         rows.append(row)
+        if finished is not None:
+            finished(i, len(items), label)
     return rows
 
 
@@ -198,11 +208,15 @@ def _reap(proc: subprocess.Popen[bytes], tmp: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _cmd_warmup(args: Any) -> int:
+def _cmd_warmup(
+    args: Any,
+    starting: Callable[[int, int, str], None] | None = None,
+    finished: Callable[[int, int, str], None] | None = None,
+) -> int:
     sets = [tuple(s.split()) for s in args.flags] if args.flags else COMMON_FLAG_SETS
     print(f"musaenv warmup: building once, for every later C++ build ({len(sets)} flag sets); this takes a few minutes")
     t0 = time.perf_counter()
-    rows = warmup(sets, full=not args.no_full)
+    rows = warmup(sets, full=not args.no_full, starting=starting, finished=finished)
     print(f"warmup done in {time.perf_counter() - t0:.0f} s: {sum(r.get('ok', False) for r in rows)}/{len(rows)} built")
     return 0 if all(r.get("ok") for r in rows) else 1
 

@@ -125,6 +125,7 @@ def load_suite(
     config: ShapeConfig | None = None,
     derive: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
+    starting: Callable[[int, int, str], None] | None = None,
 ) -> list[Task]:
     """A folder of KernelBench-format files as tasks (ids ``<level folder>/<file stem>``), optionally derived.
 
@@ -134,6 +135,8 @@ def load_suite(
         config: Derivation budgets.
         derive: Derive tiers now (one probe worker for the whole folder; cached per file).
         progress: Called with (done, total, task id) after each file.
+        starting: Called with (done, total, task id) before each file's derivation (what is running now; a cold
+            derivation takes seconds to minutes).
 
     Raises:
         TaskLoadError: not a directory, a file that is not a KernelBench program, or nothing selected.
@@ -155,6 +158,8 @@ def load_suite(
     out = []
     with ProbeClient((config or ShapeConfig()).probe_memory_mb) as client:
         for i, task in enumerate(tasks, start=1):
+            if starting is not None:
+                starting(i - 1, len(tasks), task.id)
             out.append(derive_task(task, config, client))
             if progress is not None:
                 progress(i, len(tasks), task.id)

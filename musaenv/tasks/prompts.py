@@ -14,7 +14,8 @@ from typing import Any
 from musaenv.tasks.task import Task
 
 __all__ = [
-    "OBS_CHARSET", "RULES", "feedback_message", "feedback_text", "initial_prompt", "rules", "sanitize", "turn_prompt",
+    "OBS_CHARSET", "RULES", "SUBMIT_TOOL", "answer_line", "feedback_message", "feedback_text", "initial_prompt",
+    "rules", "sanitize", "tool_instruction", "turn_prompt",
 ]  # fmt: skip
 
 OBS_CHARSET = frozenset(string.printable)
@@ -145,11 +146,40 @@ def initial_prompt(task: Task, backend: str, tier: str, policy: str = "strict") 
         f"Dtype: {task.dtype}; tolerance atol={task.atol:g}, rtol={task.rtol:g}. {_shape_line(task, tier)}",
         "Reference program:\n```python\n" + task.render_source(shapes[0]).rstrip() + "\n```",
         rules(policy),
-        "Answer with exactly one fenced python code block containing the complete program (imports, the "
-        + ("cupy.RawModule/RawKernel" if backend == "cupy" else "load_inline")
-        + " call with your kernel sources, and class ModelNew).",
+        answer_line(backend),
     ]
     return sanitize("\n\n".join(p for p in parts if p))
+
+
+SUBMIT_TOOL = "submit_kernel"
+"""The tool that takes a program, for tool-calling trainers (TRL's ``environment_factory``)."""
+
+
+def tool_instruction(tool: str = SUBMIT_TOOL) -> str:
+    """The short user message of a tool-calling trainer's dataset row; the task prompt follows it (TRL appends it)."""
+    return (
+        f"You write fast custom kernels. The task follows. Call the tool `{tool}` with the complete Python "
+        "program (imports, the load_inline call with your kernel sources, and class ModelNew). The verifier answers "
+        "with its verdict; fix the problems and submit again until the verdict is `correct`."
+    )
+
+
+def answer_line(backend: str, tool: str | None = None) -> str:
+    """The last paragraph of :func:`initial_prompt`: how to hand in the program.
+
+    Args:
+        backend: Backend the prompt is written for (names the kernel loader).
+        tool: Name of the tool that takes the program as its ``code`` argument (TRL's ``submit_kernel``);
+            ``None``: the program comes as one fenced code block in the reply.
+    """
+    program = (
+        "the complete program (imports, the "
+        + ("cupy.RawModule/RawKernel" if backend == "cupy" else "load_inline")
+        + " call with your kernel sources, and class ModelNew)"
+    )
+    if tool is None:
+        return f"Answer with exactly one fenced python code block containing {program}."
+    return f"Call the tool `{tool}` with {program} as its `code` argument (plain code, no fence)."
 
 
 def feedback_text(evaluation: Mapping[str, Any], score: float | None, budget_chars: int) -> str:

@@ -5,6 +5,7 @@ Runs where openenv-core is installed (CI: a venv of its own, since openenv-core 
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import subprocess
@@ -22,7 +23,13 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from musaenv.config import EvalConfig, TimingConfig  # noqa: E402
 from musaenv.evaluator.pool import EvaluatorPool  # noqa: E402
-from musaenv.rl.adapters.openenv_app import KernelGenAction, KernelGenClient, make_app  # noqa: E402
+from musaenv.rl.adapters.openenv_app import (  # noqa: E402
+    KernelGenAction,
+    KernelGenClient,
+    KernelGenEnvironment,
+    KernelGenObservation,
+    make_app,
+)
 from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -131,6 +138,33 @@ def test_websocket_session_closed_after_turn_1_returns_what_the_shaper_gives_tur
     assert cut.reward < repaired
 
 
+def test_openenvs_own_create_app_takes_the_environment_class() -> None:
+    """OpenEnv's pattern, ``create_app(EnvClass, ActionCls, ObservationCls)``: openenv-core calls the class with no
+    arguments for every session (before: ``TypeError: missing ... 'evaluator'``); ``functools.partial`` sets it up."""
+    from fastapi.testclient import TestClient
+    from openenv.core.env_server.http_server import create_app
+
+    from musaenv.rl.adapters.shared import close_shared_evaluators
+
+    plain = create_app(KernelGenEnvironment, KernelGenAction, KernelGenObservation, env_name="musaenv")
+    configured = functools.partial(KernelGenEnvironment, backend="cpu", max_turns=1, eval_config=FAST)
+    app = create_app(configured, KernelGenAction, KernelGenObservation, max_concurrent_envs=2)
+    try:
+        with TestClient(plain) as client:
+            first = client.post("/reset", json={"task": "l1_relu"}).json()
+        assert first["observation"]["task_id"] == "l1_relu" and "ModelNew" in first["observation"]["prompt"]
+        with TestClient(app) as client, client.websocket_connect("/ws") as ws:
+            ws.send_json({"type": "reset", "data": {"task": "l1_add"}})
+            reset = ws.receive_json()["data"]
+            ws.send_json({"type": "step", "data": {"code": "no code in this answer"}})
+            step = ws.receive_json()["data"]
+        assert reset["observation"]["task_id"] == "l1_add"
+        # max_turns=1 from the partial: the first failed turn ends the episode with the worst verdict's return
+        assert step["observation"]["verdict"] == "format_error" and step["done"] and step["reward"] == -1.0
+    finally:
+        close_shared_evaluators()
+
+
 def test_musaenv_serve_command(tmp_path: Any) -> None:
     from openenv.core.generic_client import GenericEnvClient
 
@@ -142,6 +176,16 @@ def test_musaenv_serve_command(tmp_path: Any) -> None:
         assert _wait_healthy(url)["status"] == "healthy"
         with GenericEnvClient(base_url=url).sync() as env:
             assert env.reset().observation["task_id"] == "l1_relu"
+        from websockets.sync.client import connect
+
+        for _ in range(3):  # clients that leave without openenv-core's "close" message: ordinary, not errors
+            with connect(f"ws://127.0.0.1:{port}/ws") as ws:
+                ws.send(json.dumps({"type": "reset", "data": {"task": "l1_relu"}}))
+                assert json.loads(ws.recv())["type"] == "observation"
+        time.sleep(1.0)
     finally:
         proc.terminate()
-        proc.wait(30)
+        _, err = proc.communicate(timeout=30)
+    log = err.decode(errors="replace")
+    assert "Traceback" not in log and "ERROR" not in log, log[-3000:]
+    assert "WebSocket client" in log and "left" in log, log[-3000:]

@@ -55,3 +55,20 @@ def test_an_empty_prompt_becomes_the_task_prompt_and_a_first_turn_success_pays_m
     out = env.step(hazard_candidate("relu_ok"))
     assert out["done"] and out["reward"] > 1.0  # s_1 >= 1 plus PrimeEcho's first-turn bonus
     env.close()
+
+
+def test_the_rows_max_turns_is_the_turn_limit(make) -> None:
+    """SkyRL passes the row's turn limit in ``extras["max_turns"]`` (its own envs read it there): it wins over the
+    env config's 2, here 1, so a first failed turn already ends the episode."""
+    row = dataset_rows(["l1_relu"], backend="cpu", max_turns=1)[0]
+    assert row["max_turns"] == 1
+    env = make(**{k: v for k, v in row.items() if k != "prompt"})
+    assert env.max_turns == 1
+    env.init(row["prompt"])
+    out = env.step("no code in this answer")
+    assert out["done"] and out["observations"] == [] and out["reward"] == pytest.approx(-1.0)
+    env.close()
+    nested = make(extra_info={"task": "l1_relu", "max_turns": 3})
+    assert nested.max_turns == 3
+    nested.close()
+    assert make(task="l1_relu").max_turns == 2  # no row limit: the env config's

@@ -39,6 +39,7 @@ class ScriptedReplies:
 
     def __init__(self, tok: Any, code: str) -> None:
         self.tok, self.eos = tok, tok.eos_token_id
+        self.prompts: list[str] = []  # each row's rendered prompt, as the model read it
         call = json.dumps({"name": "submit_kernel", "arguments": {"code": code}})
         scripts = [f"<tool_call>{call}</tool_call>", SILENT, "Done."]
         self.ids = [tok(s, add_special_tokens=False)["input_ids"] + [self.eos] for s in scripts]
@@ -47,6 +48,8 @@ class ScriptedReplies:
         for b in range(input_ids.shape[0]):
             text = self.tok.decode(input_ids[b], skip_special_tokens=True)
             start = text.rindex(ANCHOR) + len(ANCHOR)
+            if len(text) == start and text.count(ANCHOR) == 1:  # a first turn: the prompt alone
+                self.prompts.append(text)
             ids = self.ids[2] if "\ntool: " in text[:start] else self.ids[b % 2]
             done = len(text) - start
             scores[b, :] = float("-inf")
@@ -71,7 +74,8 @@ def test_grpo_trainer_scores_a_correct_kernel_and_silence_once_each(tmp_path: Pa
     from trl import GRPOConfig, GRPOTrainer
 
     from musaenv.config import EvalConfig, TimingConfig
-    from musaenv.rl.adapters.trl import close_trl_environment, make_trl_environment, trl_dataset_rows
+    from musaenv.rl.adapters.trl import close_trl_environment, make_trl_environment
+    from musaenv.rl.dataset import dataset_rows
     from musaenv.rl.tiny_lm import build_tiny_lm
 
     model, tok = build_tiny_lm(max_positions=6144)
@@ -87,7 +91,7 @@ def test_grpo_trainer_scores_a_correct_kernel_and_silence_once_each(tmp_path: Pa
     args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, num_generations=2,
                       max_completion_length=2048, logging_steps=1, report_to="none", use_cpu=True,
                       save_strategy="no", max_tool_calling_iterations=2, beta=0.0)  # fmt: skip
-    dataset = Dataset.from_list(trl_dataset_rows(["l1_relu"], repeats=2))
+    dataset = Dataset.from_list(dataset_rows(["l1_relu"], repeats=2, trainer="trl"))  # `musaenv dataset`'s rows
     try:
         trainer = GRPOTrainer(
             model=model, args=args, train_dataset=dataset, processing_class=tok, environment_factory=env_cls
@@ -101,6 +105,12 @@ def test_grpo_trainer_scores_a_correct_kernel_and_silence_once_each(tmp_path: Pa
     assert len(submitted) == 1 and submitted[0].last_info["eval"]["stage"] == "correct", [e.last_info for e in envs]
     correct = submitted[0].last_info["episode_return"]  # the PrimeEcho return of a first-turn success
     assert correct > 1.0 and rewards == pytest.approx([-1.0, correct])  # silence scores like the worst verdict
+    # What the model read: the task prompt once, asking for the call the tool schema describes, not a fenced block.
+    assert len(script.prompts) == 2, script.prompts
+    for text in script.prompts:
+        assert text.count("Reference program:") == 1 and text.count("Task l1_relu (level 1)") == 1
+        assert "Call the tool `submit_kernel`" in text and "fenced python code block" not in text
+        assert '"name": "submit_kernel"' in text or "submit_kernel" in text.split("Task l1_relu")[0]
     logged = trainer.state.log_history[0]
     assert logged[f"rewards/{env_cls.__name__}/mean"] == pytest.approx((correct - 1.0) / 2)
     assert logged["reward"] == pytest.approx((correct - 1.0) / 2)  # counted once: the env's get_reward only

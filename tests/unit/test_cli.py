@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,55 @@ def test_tasks_dir_json_lists_derived_shapes_and_warnings(
     assert (row["id"], row["level"], row["dtype"], row["warnings"]) == ("level1/row_offset", 1, "float32", [])
     assert len(row["shapes"]["cpu"]) == 2 and row["shapes"]["gpu"][0] == {}
     assert all(isinstance(s, dict) for tier in row["shapes"].values() for s in tier)
+
+
+SLOW_TASK = '''import time
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """A fake task whose reference takes 0.4 s a call: its derivation is slow, as a cold KernelBench file is."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.4)
+        return x * 2
+
+
+def get_inputs():
+    return [torch.rand(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_tasks_dir_off_a_terminal_is_never_silent(tmp_path: Path) -> None:
+    """``musaenv tasks --dir`` in a job log (stderr a pipe): while the slow file derives, a progress line comes at
+    least every interval (injected: 0.5 s instead of 30 s) with done/total, rate, ETA and the file running now."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    (tmp_path / "kb" / "level1" / "slow.py").write_text(SLOW_TASK)
+    env = {**os.environ, "MUSAENV_CACHE_DIR": str(tmp_path / "cache"), "MUSAENV_PROGRESS_INTERVAL_S": "0.5"}
+    cmd = [sys.executable, "-m", "musaenv.cli", "tasks", "--dir", str(tmp_path / "kb")]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: seen.extend((time.monotonic(), ln) for ln in proc.stderr or []))
+    reader.start()
+    out, _ = proc.communicate(timeout=300)
+    reader.join()
+    end = time.monotonic()
+    assert proc.returncode == 0 and "level1/slow" in out, (out, seen)
+    lines = [(t, ln) for t, ln in seen if "deriving shapes: " in ln]
+    assert len(lines) >= 3, seen
+    assert all("/1 (" in ln and "ETA " in ln and "/min" in ln for _, ln in lines), lines
+    assert any(ln.rstrip().endswith("running: level1/slow") for _, ln in lines[:-1]), lines
+    assert "deriving shapes: 1/1 (100%)" in lines[-1][1]
+    stamps = [t for t, _ in lines] + [end]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert max(gaps) < 3.0, (gaps, lines)  # 0.5 s apart, with room for a busy machine

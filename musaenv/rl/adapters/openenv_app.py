@@ -12,6 +12,10 @@
         result = env.step(KernelGenAction(code=program))
         print(result.observation.verdict, result.reward, result.done)
 
+OpenEnv's own pattern works as well: ``create_app(KernelGenEnvironment, KernelGenAction, KernelGenObservation)``
+(openenv-core calls the class with no arguments; ``functools.partial(KernelGenEnvironment, backend="cpu")`` binds
+settings); :func:`quiet_disconnects` keeps ordinary client disconnects at INFO (``make_app`` applies it).
+
 Observations are typed (:class:`KernelGenObservation`): ``prompt`` is the env's observation (the whole transcript,
 or only the new message with ``observation="message"``), ``feedback`` the new user message of the turn (the chat
 trainers' view), plus ``task_id``, ``turn``, ``verdict``, ``score`` and the ``EvalResult`` dict as ``eval``.
@@ -35,11 +39,13 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
+from starlette import websockets as _ws
 
 from musaenv.env import Evaluator, KernelGenEnv
+from musaenv.rl.adapters.shared import shared_evaluator
 
 __all__ = ["KernelGenAction", "KernelGenClient", "KernelGenEnvironment", "KernelGenObservation", "KernelGenState",
-           "make_app", "serve"]  # fmt: skip
+           "make_app", "quiet_disconnects", "serve"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +84,23 @@ class KernelGenState(State):
 class KernelGenEnvironment(Environment[KernelGenAction, KernelGenObservation, KernelGenState]):
     """One KernelGen-v0 episode at a time, on an evaluator shared with the other sessions.
 
+    openenv-core builds its sessions by calling the class it is given with no arguments, so every argument is
+    optional: ``create_app(KernelGenEnvironment, KernelGenAction, KernelGenObservation)`` serves the defaults, and
+    ``functools.partial(KernelGenEnvironment, backend="cpu", max_turns=3)`` in its place serves those settings.
+
     Args:
-        evaluator: The shared evaluator (thread-safe, e.g. an ``EvaluatorPool``); not closed here.
+        evaluator: The evaluator (thread-safe, e.g. an ``EvaluatorPool``); not closed here. Default: the pool
+            shared by every session with the same ``backend`` and ``eval_config``
+            (:func:`~musaenv.rl.adapters.shared.close_shared_evaluators` closes it).
         **env_kwargs: :class:`~musaenv.env.KernelGenEnv` arguments (``task``, ``backend``, ``max_turns``, ...).
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # sessions share only the evaluator, which is built for concurrent use
 
-    def __init__(self, evaluator: Evaluator, **env_kwargs: Any) -> None:
+    def __init__(self, evaluator: Evaluator | None = None, **env_kwargs: Any) -> None:
         super().__init__()
+        if evaluator is None:
+            evaluator = shared_evaluator(env_kwargs.get("backend", "auto"), env_kwargs.get("eval_config"))
         self.env = KernelGenEnv(evaluator=evaluator, **env_kwargs)
         self._state = KernelGenState()
 
@@ -149,12 +163,56 @@ def make_app(
     app = create_app(
         factory, KernelGenAction, KernelGenObservation, env_name="musaenv", max_concurrent_envs=max_sessions
     )
+    quiet_disconnects(app)
 
     def close() -> None:
         if owned:
             shared.close()
 
     return app, close
+
+
+def _gone_errors() -> tuple[type[BaseException], ...]:
+    """What starlette and uvicorn raise into a WebSocket app once its client has left (names vary by version)."""
+    found = [getattr(_ws, n, None) for n in ("WebSocketDisconnect", "WebSocketDisconnected")]
+    try:
+        from uvicorn.protocols.utils import ClientDisconnected
+
+        found.append(ClientDisconnected)
+    except ImportError:
+        pass
+    return tuple(c for c in found if isinstance(c, type) and issubclass(c, BaseException))
+
+
+_GONE = _gone_errors()
+
+
+class _QuietDisconnects:
+    """ASGI middleware: a WebSocket session whose client has left is logged at INFO, not as a server error.
+
+    openenv-core 0.3's ``/ws`` handler closes the socket (or answers a step) after the client has gone; starlette
+    then raises ``WebSocketDisconnect`` (or ``WebSocketDisconnected``), and uvicorn logs "Exception in ASGI
+    application" with a traceback at ERROR for what is an ordinary end of a session. The session itself is already
+    torn down by then (openenv-core's ``finally``).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "websocket":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except _GONE as exc:
+            log.info("WebSocket client %s left (%s)", scope.get("client"), type(exc).__name__)
+
+
+def quiet_disconnects(app: Any) -> Any:
+    """Log ordinary WebSocket disconnects of an openenv-core app at INFO (``make_app`` does it); returns ``app``."""
+    app.add_middleware(_QuietDisconnects)
+    return app
 
 
 class KernelGenClient(EnvClient[KernelGenAction, KernelGenObservation, KernelGenState]):

@@ -12,6 +12,8 @@ trajectory, calls ``init(prompt)`` with the row's chat ``prompt``, then ``step(r
     prompt, meta = env.init([])                  # [] -> the task prompt as a user message
     out = env.step(reply)                        # {"observations": [feedback message], "reward", "done", ...}
 
+The turn limit is the row's ``max_turns`` (SkyRL's convention, as its own envs read ``extras["max_turns"]``),
+else ``env_config``'s, else KernelGen-v0's default (``musaenv dataset --max-turns N`` writes the column).
 SkyRL-gym 0.4 has no plugin entry points, so the import (or :func:`register_skyrl_env`) must come first. The
 reward is the env's shaped reward per turn, paid online (PrimeEcho: R_t - R_{t-1}), so a trajectory SkyRL cuts
 short still sums to the shaper's return of its turns (``metadata["episode_return"]`` on every step). Every
@@ -21,8 +23,6 @@ trajectories at once).
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,33 +31,13 @@ from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.registration import registry
 
 from musaenv.config import EvalConfig
-from musaenv.env import Evaluator, KernelGenEnv
+from musaenv.env import KernelGenEnv
+from musaenv.rl.adapters.shared import close_shared_evaluators, shared_evaluator
 
 __all__ = ["ENV_ID", "KernelGenSkyRLEnv", "close_shared_evaluators", "register_skyrl_env"]
 
 ENV_ID = "musaenv"
 _ENV_KEYS = ("backend", "max_turns", "reward", "reward_kwargs", "stop_on_success", "levels")
-_pools: dict[str, Evaluator] = {}
-_pools_lock = threading.Lock()
-
-
-def _shared_evaluator(backend: str, eval_config: EvalConfig | None) -> Evaluator:
-    key = json.dumps([backend, eval_config.to_json() if eval_config else None])
-    with _pools_lock:
-        if key not in _pools:
-            from musaenv.evaluator.pool import EvaluatorPool
-
-            _pools[key] = EvaluatorPool(backend, eval_config)
-        return _pools[key]
-
-
-def close_shared_evaluators() -> None:
-    """Close the evaluator pools the envs created (e.g. at the end of training)."""
-    with _pools_lock:
-        pools = list(_pools.values())
-        _pools.clear()
-    for pool in pools:
-        pool.close()
 
 
 def _as_dict(cfg: Any) -> dict[str, Any]:
@@ -74,7 +54,9 @@ class KernelGenSkyRLEnv(BaseTextEnv):
     Args:
         env_config: ``backend`` (default ``cpu``), ``max_turns``, ``reward``, ``reward_kwargs``,
             ``stop_on_success``, ``levels``, ``eval_config`` (an :class:`EvalConfig` or its dict), or ``evaluator``.
-        extras: The dataset row: ``task`` (or ``extra_info.task``) picks the task, ``seed`` the seed.
+        extras: The dataset row: ``task`` (or ``extra_info.task``) picks the task, ``seed`` the seed, and
+            ``max_turns`` (or ``extra_info.max_turns``) the turn limit, over ``env_config``'s (as SkyRL-gym's own
+            envs read it).
     """
 
     def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None) -> None:
@@ -83,11 +65,14 @@ class KernelGenSkyRLEnv(BaseTextEnv):
         ec = cfg.get("eval_config")
         eval_config = EvalConfig.from_dict(_as_dict(ec)) if ec is not None and not isinstance(ec, EvalConfig) else ec
         backend = str(cfg.get("backend", "cpu"))
-        evaluator = cfg.get("evaluator") or _shared_evaluator(backend, eval_config)
+        evaluator = cfg.get("evaluator") or shared_evaluator(backend, eval_config)
         kwargs = {k: cfg[k] for k in _ENV_KEYS if k in cfg}
+        info = _as_dict(row.get("extra_info"))
+        row_turns = row.get("max_turns", info.get("max_turns"))
+        if row_turns is not None:  # SkyRL's convention: the row's turn limit wins over the env config's
+            kwargs["max_turns"] = int(row_turns)
         self.env = KernelGenEnv(**kwargs, eval_config=eval_config, evaluator=evaluator, observation="message")
         self.max_turns = self.env.config.max_turns
-        info = _as_dict(row.get("extra_info"))
         self.task = row.get("task") or info.get("task")
         self.seed = row.get("seed", info.get("seed"))
         self.scores: list[float | None] = []

@@ -6,8 +6,11 @@ The contract, as TRL 1.16's ``GRPOTrainer`` implements it (``trl/trainer/grpo_tr
   returns such a class with the env's settings bound as class attributes. Instances are pooled and reused across
   batches (constructed once, reset often).
 * ``reset(self, **kwargs)`` is called at the start of each episode with the dataset row's columns; the string it
-  returns is appended to the last user message: here the KernelGen-v0 task prompt; a ``task`` column picks the
-  task, a ``seed`` column the seed.
+  returns is appended to the last user message of the row's ``prompt``: here the KernelGen-v0 task prompt, its
+  last paragraph asking for a ``submit_kernel`` call (the tool's contract) instead of a fenced block; a ``task``
+  column picks the task, a ``seed`` column the seed. The rows therefore carry only a short instruction
+  (:func:`trl_dataset_rows`, ``musaenv dataset --trainer trl``), so the model sees the task prompt once; a row
+  that already holds a task prompt (``musaenv dataset`` for chat trainers) is refused with that advice.
 * Every other public method except ``get_reward`` is exposed to the model as a tool, its schema built from the type
   hints and the ``Args:`` section of its docstring: here only :meth:`KernelGenToolEnv.submit_kernel`. A tool that
   raises has its message fed back to the model.
@@ -26,26 +29,44 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from musaenv.env import Evaluator, KernelGenEnv
-from musaenv.tasks.prompts import feedback_text
+from musaenv.errors import ConfigError
+from musaenv.tasks.prompts import SUBMIT_TOOL, answer_line, feedback_text, tool_instruction
 from musaenv.types import EvalResult, Stage
 
 __all__ = [
     "DEFAULT_INSTRUCTION",
+    "TOOL_NAME",
     "KernelGenToolEnv",
     "close_trl_environment",
     "make_trl_environment",
+    "tool_prompt",
     "trl_dataset_rows",
     "trl_reward_func",
 ]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INSTRUCTION = (
-    "You write fast custom kernels. The task follows. Call the tool `submit_kernel` with the complete Python "
-    "program (imports, the load_inline call with your kernel sources, and class ModelNew). The verifier answers "
-    "with its verdict; fix the problems and submit again until the verdict is `correct`."
-)
+TOOL_NAME = SUBMIT_TOOL
+DEFAULT_INSTRUCTION = tool_instruction(TOOL_NAME)
 """The user message of :func:`trl_dataset_rows`; the task prompt itself comes from ``reset``."""
+_TASK_PROMPT_MARK = "Reference program:"  # a paragraph of every task prompt (musaenv.tasks.prompts.initial_prompt)
+
+
+def _row_text(prompt: Any) -> str:
+    """The text of a row's ``prompt`` column (chat messages or a plain string)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    return ""
+
+
+def tool_prompt(task_prompt: str, backend: str) -> str:
+    """The task prompt with its answer paragraph asking for a ``submit_kernel`` call instead of a fenced block."""
+    fenced, tool = answer_line(backend), answer_line(backend, tool=TOOL_NAME)
+    if fenced not in task_prompt:  # a prompt of another shape: say the tool's contract at the end
+        return f"{task_prompt}\n\n{tool}"
+    return task_prompt.replace(fenced, tool)
 
 
 class KernelGenToolEnv:
@@ -92,7 +113,18 @@ class KernelGenToolEnv:
         return KernelGenEnv(**kw, evaluator=self._evaluator())
 
     def reset(self, **kwargs: Any) -> str:
-        """Start an episode; returns the task prompt. ``task`` and ``seed`` dataset columns are honoured."""
+        """Start an episode; returns the task prompt. ``task`` and ``seed`` dataset columns are honoured.
+
+        Raises:
+            ConfigError: The row's ``prompt`` already holds a task prompt (TRL appends this one to it).
+        """
+        row_text = _row_text(kwargs.get("prompt"))
+        if _TASK_PROMPT_MARK in row_text:
+            raise ConfigError(
+                "this dataset row already holds the task prompt, and TRL appends reset()'s task prompt to it (the "
+                "model would read it twice, asked for a fenced block): write TRL rows with trl_dataset_rows() or "
+                "`musaenv dataset --trainer trl`"
+            )
         if self._env is None:
             self._env = self._make_env()
         options = {"task": kwargs["task"]} if kwargs.get("task") is not None else None
@@ -103,7 +135,8 @@ class KernelGenToolEnv:
         self.last_info = {}
         self.task_id = info["task_id"]
         self.reward = self._shaped_return()
-        return obs
+        text = tool_prompt(obs, info["backend"])
+        return f"\n\n{text}" if row_text.strip() else text  # TRL joins the two with nothing between
 
     def _shaped_return(self) -> float:
         """The shaper's return of the submissions so far; a silent episode counts as one ``format_error``."""

@@ -132,3 +132,37 @@ def test_a_correct_kernel_ends_the_episode_with_a_positive_reward(env_cls) -> No
     feedback = env.submit_kernel(solution_source("l1_relu"))
     assert "Verdict: correct" in feedback and "episode is over" in feedback and env.done
     assert env.get_reward() > 1.0  # PrimeEcho: s_1 >= 1 plus the first-turn bonus
+
+
+def test_musaenv_dataset_trl_rows_give_one_task_prompt_that_asks_for_the_tool(env_cls, tmp_path) -> None:
+    """``musaenv dataset --trainer trl``: TRL appends reset()'s answer to the row's last user message (with nothing
+    between), so the row holds only the instruction; the task prompt, read once, asks for a ``submit_kernel`` call
+    with ``code``, which is the schema transformers builds for the tool (not a fenced block)."""
+    import json
+
+    from musaenv.cli import main
+    from musaenv.rl.adapters.trl import TOOL_NAME
+    from musaenv.rl.dataset import dataset_rows
+
+    out = tmp_path / "trl.jsonl"
+    assert main(["dataset", "--trainer", "trl", "--tasks", "l1_relu", "-o", str(out)]) == 0
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row == dataset_rows(["l1_relu"], trainer="trl")[0] and row["task"] == "l1_relu"
+    (message,) = row["prompt"]
+    assert "Reference program:" not in message["content"] and f"`{TOOL_NAME}`" in message["content"]
+    env = env_cls()
+    seen = message["content"] + env.reset(**row)  # what TRL 1.16's GRPOTrainer puts in the last user message
+    assert seen.count("Reference program:") == 1 and seen.count("Task l1_relu (level 1)") == 1
+    assert "`correct`.\n\nTask l1_relu" in seen  # the two paragraphs stay apart
+    assert "fenced" not in seen and f"Call the tool `{TOOL_NAME}`" in seen and "`code` argument" in seen
+    utils = pytest.importorskip("transformers.utils")
+    fn = utils.get_json_schema(env.submit_kernel)["function"]
+    assert fn["name"] == TOOL_NAME and fn["parameters"]["required"] == ["code"]
+
+
+def test_a_chat_row_holding_the_task_prompt_is_refused(env_cls) -> None:
+    from musaenv.errors import ConfigError
+    from musaenv.rl.dataset import dataset_rows
+
+    with pytest.raises(ConfigError, match="dataset --trainer trl"):
+        env_cls().reset(**dataset_rows(["l1_relu"])[0])
