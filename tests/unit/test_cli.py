@@ -94,12 +94,16 @@ def test_tasks_dir_off_a_terminal_is_never_silent(tmp_path: Path) -> None:
     (tmp_path / "kb" / "level1" / "slow.py").write_text(SLOW_TASK)
     env = {**os.environ, "MUSAENV_CACHE_DIR": str(tmp_path / "cache"), "MUSAENV_PROGRESS_INTERVAL_S": "0.5"}
     cmd = [sys.executable, "-m", "musaenv.cli", "tasks", "--dir", str(tmp_path / "kb")]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: list[tuple[float, str]] = []
-    reader = threading.Thread(target=lambda: seen.extend((time.monotonic(), ln) for ln in proc.stderr or []))
-    reader.start()
-    out, _ = proc.communicate(timeout=300)
-    reader.join()
+    # stdout to a file: communicate() would read stderr too, racing the timestamping reader for its lines
+    with (tmp_path / "stdout.txt").open("w+") as stdout:
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True)
+        seen: list[tuple[float, str]] = []
+        reader = threading.Thread(target=lambda: seen.extend((time.monotonic(), ln) for ln in proc.stderr or []))
+        reader.start()
+        proc.wait(timeout=300)
+        reader.join()
+        stdout.seek(0)
+        out = stdout.read()
     end = time.monotonic()
     assert proc.returncode == 0 and "level1/slow" in out, (out, seen)
     lines = [(t, ln) for t, ln in seen if "deriving shapes: " in ln]
