@@ -237,7 +237,10 @@ def _pair(
                 return got
 
     cpu = process_cpu_clock(worker.pid) if cpu_clock else None
-    paired, handoff = pair_calls(recv, partial(worker.chan.send, give_up=clock.over), pairer(), timing, cpu)
+    t0 = time.monotonic()
+    ref = pairer()
+    clock.exclude(time.monotonic() - t0)  # the reference's start, its calls and its report: not the candidate's time
+    paired, handoff = pair_calls(recv, partial(worker.chan.send, give_up=clock.over), ref, timing, cpu, clock.exclude)
     run.paired = dataclasses.replace(paired, threads=run.cpu_budget)
     return handoff
 

@@ -149,6 +149,7 @@ def pair_calls(
     ref: RefSession,
     timing: dict[str, Any],
     cand_cpu: Callable[[], int] | None = None,
+    cand_waits: Callable[[float], None] | None = None,
 ) -> tuple[PairedSamples, Handoff | None]:
     """Run the paired calls of the plan ``timing`` (``repeats``, ``max_time_s``, ``keep``).
 
@@ -156,19 +157,22 @@ def pair_calls(
     outside the protocol, e.g. its failure report, or the limit that ran out), which is handed back with the pairs
     measured so far. The reference's own measures and fingerprints come from its ``timing`` message.
     ``cand_cpu``: the candidate worker's CPU-time clock; given (on the CPU), both workers' samples are CPU time.
+    ``cand_waits`` is told the seconds the candidate waited on the reference's calls (not the candidate's time).
 
     Raises:
         PairingError: the reference's side failed.
         ProtocolError: the candidate answered out of turn.
     """
     try:
-        return _pair_calls(_Side(cand_recv, cand_send, cand_cpu), ref, timing)
+        return _pair_calls(_Side(cand_recv, cand_send, cand_cpu), ref, timing, cand_waits or (lambda s: None))
     except BaseException:
         ref.worker.close()  # left mid-protocol: the service starts a fresh reference worker for the next request
         raise
 
 
-def _pair_calls(c: _Side, ref: RefSession, timing: dict[str, Any]) -> tuple[PairedSamples, Handoff | None]:
+def _pair_calls(
+    c: _Side, ref: RefSession, timing: dict[str, Any], waits: Callable[[float], None]
+) -> tuple[PairedSamples, Handoff | None]:
     repeats, budget = int(timing["repeats"]), float(timing["max_time_s"])
     keep = [int(k) for k in timing.get("keep", [])]
     ref_cpu = process_cpu_clock(ref.worker.pid) if c.cpu is not None else None
@@ -181,7 +185,10 @@ def _pair_calls(c: _Side, ref: RefSession, timing: dict[str, Any]) -> tuple[Pair
     while handoff is None:
         firsts.append(i % 2 == 0)
         for side in (r, c) if firsts[-1] else (c, r):
+            t0 = time.monotonic()
             handoff = _timed(side, i)
+            if side is r:
+                waits(time.monotonic() - t0)
             if handoff is not None:
                 break
         i += 1
@@ -193,7 +200,9 @@ def _pair_calls(c: _Side, ref: RefSession, timing: dict[str, Any]) -> tuple[Pair
             break
     if handoff is not None and len(r.ms) < repeats:
         ref.send(TimeEnd().to_dict())  # the reference waits for its next call: let it end
+    t0 = time.monotonic()
     ref_timing = ref.finish()
+    waits(time.monotonic() - t0)
     n = min(len(r.ms), len(c.ms))
     prints = list(ref_timing.fingerprints) if ref_timing.baseline == "eager" else None
     samples = PairedSamples(
