@@ -131,7 +131,7 @@ def sample_mismatch(p: PairedSamples) -> str:
             return "a timed call the candidate's process measured as longer than the parent's window around it"
         ref_gap = statistics.median(max(p.ref_ms[i] - p.ref_own_ms[i], 0.0) for i in range(n))
         expected = statistics.median(max(p.cand_ms[i] - ref_gap, 0.0) for i in range(n))
-        slack = _MISMATCH_SLACK_MS + ref_gap
+        slack = _MISMATCH_SLACK_MS + 0.5 * ref_gap  # expected already leaves out the typical gap
     if own < _MISMATCH_RATIO * expected and expected - own > slack:
         return (
             f"the candidate's process measured its timed calls at {own:.3f} ms (median) while the parent measured "
