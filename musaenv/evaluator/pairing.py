@@ -54,6 +54,7 @@ class RefSession:
         self.worker = worker
         self.clock = clock
         self.timing: Timing | None = None
+        self.broken = False  # left mid-protocol and closed: its service must start another worker
 
     def send(self, msg: dict[str, Any]) -> None:
         """Send ``msg``; a gone worker is a :class:`PairingError`."""
@@ -166,7 +167,8 @@ def pair_calls(
     try:
         return _pair_calls(_Side(cand_recv, cand_send, cand_cpu), ref, timing, cand_waits or (lambda s: None))
     except BaseException:
-        ref.worker.close()  # left mid-protocol: the service starts a fresh reference worker for the next request
+        ref.broken = True  # left mid-protocol: the service starts a fresh reference worker for the next request
+        ref.worker.close()
         raise
 
 

@@ -130,6 +130,7 @@ class ReferenceService:
         self.task_peaks: dict[str, float] = {}  # task source hash -> MB its reference added at its peak
         self._memo: dict[str, tuple[TimingStats, str]] = {}
         self._worker: WorkerProcess | None = None
+        self._session: RefSession | None = None  # the last paired timing (a broken one took its worker along)
 
     def _timing_key(self, task: Task, plan: EvalPlan) -> str:
         try:
@@ -174,6 +175,9 @@ class ReferenceService:
         write_sealed(self.cache_dir / f"{key}.json", f"reftime:{key}", body)
 
     def _ensure_worker(self) -> WorkerProcess:
+        if self._session is not None and self._session.broken and self._session.worker is self._worker:
+            self._worker = None  # closed mid-protocol by the pairing: its exit status may not be known yet
+        self._session = None
         server_gone = self.fork_server is not None and not self.fork_server.alive  # its workers died with it
         if self._worker is None or server_gone or self._worker.poll() is not None:
             if self._worker is not None:
@@ -270,7 +274,8 @@ class ReferenceService:
                 self._worker.close()
                 self._worker = None
             raise PairingError(f"the reference worker could not start paired timing: {e}") from None
-        return RefSession(worker, StageClock(worker.pid, timeout_s))
+        self._session = RefSession(worker, StageClock(worker.pid, timeout_s))
+        return self._session
 
     def prepare(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> None:
         """Let the worker draw this plan's inputs now (CPU only; no reply), before :meth:`run` needs the device.
