@@ -78,15 +78,21 @@ class TimingConfig(_Config):
     Attributes:
         warmup: Untimed calls before timing (KernelBench uses 3).
         repeats: Timed calls; the median is reported (KernelBench uses 100 on GPU; fewer on the CPU tier).
-        max_time_s: Stop timing early once this much wall time was spent (at least 3 calls are kept).
+        max_time_s: Stop timing early once this much wall time was spent (at least 3 calls are kept; paired
+            timing: both programs' calls together).
         flush_cache: Evict caches before each timed call (a buffer larger than the last-level cache).
         flush_bytes: Size of the eviction buffer; ``None`` = 32 MB on the CPU (more than this tier's caches) and
             256 MB on GPUs (KernelBench's L2 flush size; larger than an H100/H200 L2).
         baseline: Reference baseline timed for the speedup: ``eager`` or ``compile`` (``torch.compile``).
-        reference: ``cached``: the reference is timed once per task, shape, machine, torch version and these
-            settings, and reused (cheap, but measured at another moment than the candidate); ``every``: timed
-            again right after each candidate, under the same conditions (side by side; about doubles the
-            timing cost of an evaluation, steadier speedups on a busy machine).
+        reference: How the reference's time is measured (docs/verification.md, "Paired timing").
+            ``paired`` (default): reference and candidate timed call by call, interleaved on the same cores by
+            the parent's clock; the speedup is the median of the per-pair ratios, with a 95 % interval
+            (``EvalResult.speedup_low``/``speedup_high``), so host load moves both calls of a pair alike and
+            cancels; every timed output is checked against the reference's on the same input. ``dedicated_host``:
+            the reference is timed once per task, shape, machine, torch version and these settings, sealed on
+            disk and reused (cheap, but measured at another moment than the candidate: only for a host that
+            runs nothing else; ``cached`` is its former name). ``every``: timed again after each candidate, in a
+            block of its own (checks every timed output; under load its speedup still moves).
         cpu_threads: Intra-op threads for both reference and candidate on the CPU backend.
         probes: Timed calls, picked after the run from a seed the worker never sees, whose outputs are checked
             through fingerprints against the reference on the same input (besides the two rechecked in full and
@@ -103,7 +109,7 @@ class TimingConfig(_Config):
     flush_cache: bool = True
     flush_bytes: int | None = None
     baseline: str = "eager"
-    reference: str = "cached"
+    reference: str = "paired"
     cpu_threads: int = 1
     probes: int = 4
     enabled: bool = True
@@ -121,7 +127,10 @@ class TimingConfig(_Config):
             "Use 0 for no flush, None for the device default.",
         )
         _require(self.baseline in ("eager", "compile"), n, "baseline eager/compile", self.baseline, "")
-        _require(self.reference in ("cached", "every"), n, "reference cached/every", self.reference, "")
+        if self.reference == "cached":  # its former name, kept readable
+            object.__setattr__(self, "reference", "dedicated_host")
+        modes = ("paired", "dedicated_host", "every")
+        _require(self.reference in modes, n, "reference paired/dedicated_host/every", self.reference, "")
         _require(self.cpu_threads >= 1, n, "cpu_threads >= 1", self.cpu_threads, "Use 1 for single-core timing.")
         _require(self.probes >= 0, n, "probes >= 0", self.probes, "Use 0 to check only the rechecked calls.")
 

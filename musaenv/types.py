@@ -123,7 +123,13 @@ class EvalResult:
         trials_total: Correctness trials attempted (0 when the candidate never ran).
         max_abs_error: Worst absolute error over all trials (``None`` if never compared).
         max_rel_error: Worst relative error over all trials.
-        speedup: Reference median time / candidate median time, ``None`` when not timed.
+        speedup: Reference time / candidate time, ``None`` when not timed. Paired timing (the default): the median
+            of the per-pair ratios of calls timed side by side by the parent (docs/verification.md); cached
+            reference timing: reference median / candidate median.
+        speedup_low: Lower end of the speedup's 95 % interval (paired timing; ``None`` otherwise). A threshold
+            (1.0, fast_p's p) counts as passed only when this end passes it (docs/rewards.md).
+        speedup_high: Upper end of that interval.
+        timing_pairs: Number of (reference, candidate) pairs the paired speedup comes from (0: not paired).
         runtime_ms: Candidate median time per call.
         ref_runtime_ms: Reference median time per call.
         timing: Candidate :class:`TimingStats`.
@@ -150,6 +156,9 @@ class EvalResult:
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     speedup: float | None = None
+    speedup_low: float | None = None
+    speedup_high: float | None = None
+    timing_pairs: int = 0
     runtime_ms: float | None = None
     ref_runtime_ms: float | None = None
     timing: TimingStats | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -15,7 +16,8 @@ import numpy as np
 from musaenv.build.flags import check_spec_flags
 from musaenv.build.loader import BuildOutcome, BuildSpec, build_extension
 from musaenv.config import EvalConfig
-from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, timing_cpus
+from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
+from musaenv.evaluator.pairing import Handoff, PairingError, RefSession, pair_calls
 from musaenv.evaluator.reference import recv_before
 from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
 from musaenv.isolation.limits import StageClock
@@ -27,11 +29,14 @@ from musaenv.isolation.messages import (
     Result,
     RuntimeReport,
     Stage,
+    TimeDone,
+    TimeReady,
     Timing,
     Trial,
     decode,
 )
 from musaenv.isolation.process import WorkerProcess
+from musaenv.timing.paired import PairedSamples
 
 __all__ = ["CandidateRun", "drive_candidate"]
 
@@ -54,6 +59,8 @@ class CandidateRun:
         runtime_arrays: Arrays of the ``trials`` report (repeat and perturbed-run outputs).
         cpu: CPU use of the trials and timing phases, read by the parent from ``/proc`` (:mod:`cpu_watch`).
         cpu_budget: Cores the worker may use (the reference's intra-op threads).
+        paired: Paired timing's samples, taken by the parent's clock (:mod:`musaenv.evaluator.pairing`); the
+            ``timing`` message's own samples are then only cross-checked against them.
         timing_layout: (warm-up calls, timing pool size) of the plan, set by the evaluator: which timed calls
             saw a new input (:func:`musaenv.evaluator.plan.first_use_calls`).
         refused_log: Why a build was refused before any compiler ran (flags outside the allow-list): the
@@ -87,6 +94,7 @@ class CandidateRun:
     binary_flags: list[str] = field(default_factory=list)
     binary_messages: list[str] = field(default_factory=list)
     binary_warnings: list[str] = field(default_factory=list)
+    paired: PairedSamples | None = None
 
 
 # Stages in which no candidate verdict can be earned: "start" ends before the candidate's code runs, and "draw" only
@@ -219,16 +227,56 @@ def drive_candidate(
     compile_only: bool,
     device_slot: AbstractContextManager[Any] | None = None,
     binary_policy: str | None = None,
+    pairer: Callable[[], RefSession] | None = None,
 ) -> CandidateRun:
     """Send ``request`` to a ready candidate worker and follow it to the end (or kill it).
 
     ``device_slot`` is held from the start of the correctness trials (on the CPU: of the timing) to the end of the
     run, so evaluations that share a device never time at the same time (on a GPU: never run at the same time),
-    while their builds, input drawing and (on the CPU) correctness trials overlap.
+    while their builds, input drawing and (on the CPU) correctness trials overlap. ``pairer`` starts the
+    reference's side of paired timing (the request's timing plan then says ``paired``); it is called once the
+    device slot is held, and the parent then times both workers call by call (:mod:`musaenv.evaluator.pairing`).
     """
     with ExitStack() as stack:
         slot = device_slot or nullcontext()
-        return _drive(worker, request, cfg, backend, compile_only, slot, stack, binary_policy=binary_policy)
+        return _drive(worker, request, cfg, backend, compile_only, slot, stack, binary_policy, pairer)
+
+
+def _pair(
+    worker: WorkerProcess,
+    run: CandidateRun,
+    clock: StageClock,
+    pairer: Callable[[], RefSession],
+    serve: Callable[[BuildRequest], float],
+    timing: dict[str, Any],
+    cpu_clock: bool,
+) -> Handoff | None:
+    """Paired timing of the candidate (``worker``) with the reference; returns what ended the candidate's part
+    early, if anything (handled by the caller as if just received). A build asked for meanwhile is served.
+    ``cpu_clock``: samples are the workers' CPU time (the CPU backend), else the parent's wall clock."""
+
+    def recv() -> TimeReady | TimeDone | Handoff:
+        while True:
+            got = _recv_within(worker, clock)
+            if isinstance(got, str):
+                return got
+            kind = got[0].get("type")
+            if kind == BuildRequest.TYPE:
+                clock.exclude(serve(BuildRequest.from_dict(got[0])))
+            elif kind in (TimeReady.TYPE, TimeDone.TYPE):
+                msg = decode(got[0], TimeReady, TimeDone)
+                assert isinstance(msg, (TimeReady, TimeDone))
+                return msg
+            else:
+                return got
+
+    cpu = process_cpu_clock(worker.pid) if cpu_clock else None
+    t0 = time.monotonic()
+    ref = pairer()
+    clock.exclude(time.monotonic() - t0)  # the reference's start, its calls and its report: not the candidate's time
+    paired, handoff = pair_calls(recv, partial(worker.chan.send, give_up=clock.over), ref, timing, cpu, clock.exclude)
+    run.paired = dataclasses.replace(paired, threads=run.cpu_budget)
+    return handoff
 
 
 def _recv_within(worker: WorkerProcess, clock: StageClock) -> tuple[dict[str, Any], list[np.ndarray]] | str:
@@ -269,6 +317,7 @@ def _drive(
     device_slot: AbstractContextManager[Any],
     stack: ExitStack,
     binary_policy: str | None = None,
+    pairer: Callable[[], RefSession] | None = None,
 ) -> CandidateRun:
     run = CandidateRun(cpu_budget=max(1, request.cpu_threads or 1))
     watch = CpuWatch(worker.pid)
@@ -288,9 +337,10 @@ def _drive(
             f"the worker was gone before its request was sent ({e}); {worker.exit_description()}",
         )
         return run
+    handoff: Handoff | None = None
     while True:
         try:
-            got = _recv_within(worker, clock)
+            got, handoff = (handoff if handoff is not None else _recv_within(worker, clock)), None
             if isinstance(got, str):
                 return _ran_out(worker, run, clock, phase, got)
             msg = decode(got[0], BuildRequest, Stage, Trial, Timing, RuntimeReport, Result)
@@ -315,6 +365,11 @@ def _drive(
                     watch.start(phase)
                     worker.chan.send(Go().to_dict(), give_up=clock.over)
                 clock.restart(timeouts[phase])
+                if phase == "timing" and pairer is not None and request.timing:
+                    serve = partial(_serve_build, worker, run=run, cfg=cfg, backend=backend,
+                                    compile_only=compile_only, reply_limit_s=timeouts[phase],
+                                    binary_policy=binary_policy)  # fmt: skip
+                    handoff = _pair(worker, run, clock, pairer, serve, request.timing, untimed_free)
                 if msg.sandbox is not None:
                     run.sandbox = msg.sandbox
                     # Without the seccomp rule that refuses self-sent stop signals, a stop may be the candidate's.
@@ -327,6 +382,10 @@ def _drive(
                     return run
         except Stalled as e:  # its pipe stayed full (it sends messages without reading the answers) past a limit
             return _ran_out(worker, run, clock, phase, e.reason)
+        except PairingError as e:  # the reference's side of paired timing: the harness's fault, retried
+            worker.kill()
+            run.failure = ("infra_error", str(e))
+            return run
         except (EOFError, BrokenPipeError, ConnectionResetError):  # the worker is gone (a send can find out first)
             desc = worker.exit_description()
             tail = worker.log_tail()

@@ -16,20 +16,42 @@ pinning could not prevent (a kernel that cannot be pinned, a platform without af
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from musaenv.isolation.proctree import cpu_seconds, thread_count
 
-__all__ = ["CpuWatch", "PhaseUsage", "over_budget", "pin_threads", "timing_cpus"]
+__all__ = ["CpuWatch", "PhaseUsage", "over_budget", "pin_threads", "process_cpu_clock", "timing_cpus"]
 
 # /proc's CPU times come in clock ticks (10 ms): a phase shorter than this cannot be judged.
 MIN_JUDGED_WALL_S = 0.1
 # Slack over budget * wall: two ticks of rounding plus 30 % for the harness's own single-threaded work around
 # the timed calls (fingerprints, copies), which runs on the same thread as the candidate and never in parallel.
 _SLACK_S, _SLACK_FRACTION = 0.03, 0.3
+
+
+def process_cpu_clock(pid: int) -> Callable[[], int] | None:
+    """A reader of process ``pid``'s CPU time in nanoseconds (every thread, exited ones included), or ``None``
+    where the platform has none.
+
+    The kernel's own accounting (``clock_getcpuclockid``: the CPU-time clock of another process, nanosecond
+    resolution, unlike /proc's 10 ms ticks): nothing the process itself does can change it, and time it spends
+    waiting for a core on a busy host is not in it.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        clock_id = ctypes.c_int()
+        if libc.clock_getcpuclockid(ctypes.c_int(pid), ctypes.byref(clock_id)) != 0:
+            return None
+        cid = clock_id.value
+        time.clock_gettime_ns(cid)  # readable now (the process exists and is ours to see)
+    except (OSError, AttributeError):
+        return None
+    return lambda: time.clock_gettime_ns(cid)
 
 
 def timing_cpus(n: int) -> set[int]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Any
 
 from musaenv import _env
@@ -16,6 +18,7 @@ from musaenv.build.loader import sweep_stale_builds
 from musaenv.config import EvalConfig
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.memory import candidate_budget_mb, status_mb
+from musaenv.evaluator.pairing import RefSession
 from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
 from musaenv.evaluator.verdict import judge
@@ -144,6 +147,7 @@ class LocalEvaluator:
             "max_time_s": t.max_time_s,
             "flush_bytes": flush if t.flush_cache else 0,
             "baseline": t.baseline,
+            "paired": t.reference == "paired" and not self.backend.compile_only,
         }
 
     def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> CandidateRequest:
@@ -252,7 +256,7 @@ class LocalEvaluator:
     def _run_in_worker(self, task: Task, code: str, plan: EvalPlan, base: EvalResult) -> CandidateRun:
         """Stage 4: the candidate in a fresh sandboxed worker, its builds served by the parent (:mod:`.candidate`)."""
         try:
-            run = self._run_candidate(task, code, plan)
+            run = self._run_candidate(task, code, plan, self._pairer(task, plan))
         except RuntimeError as e:
             raise _Early(base.replace(stage=Stage.INFRA_ERROR, messages=(str(e),))) from None
         run.timing_layout = (self.config.timing.warmup, plan.timing_pool)
@@ -277,11 +281,24 @@ class LocalEvaluator:
                 limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
             checked = _checked_calls(plan, run, self.config.timing.probes)
             with (self._device_slot if timed else None) or nullcontext():
-                return self._reference.run(task, plan, timing, limit_s, *checked)
+                ref = self._reference.run(task, plan, timing, limit_s, *checked)
         except ReferenceError_ as e:
             if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on
                 self._broken_tasks[task.source_hash] = f"task refused (its own code fails): {str(e)[:2000]}"
             raise _Early(base.replace(stage=Stage.INFRA_ERROR, messages=(str(e)[:2000],))) from None
+        if run.paired is not None:  # timed beside the candidate: its timed outputs check every candidate call
+            ref.timing_prints, ref.timing_note = run.paired.ref_prints, run.paired.baseline_note
+        return ref
+
+    def _pairer(self, task: Task, plan: EvalPlan) -> Callable[[], RefSession] | None:
+        """Starts the reference's side of paired timing when the candidate reaches it (``None``: not paired)."""
+        timing = self._timing_request(plan)
+        if timing is None or not timing["paired"]:
+            return None
+        limit_s = self.config.timing_timeout_s + (
+            self.config.compile_timeout_s if timing["baseline"] == "compile" else 0
+        )
+        return partial(self._reference.start_pairing, task, plan, timing, limit_s)
 
     def _judge(self, task: Task, run: CandidateRun, ref: RefOutputs | None, static: tuple[str, ...]) -> EvalResult:
         """Stage 6: the verdict (:func:`~musaenv.evaluator.verdict.judge`), the speedup's baseline said."""
@@ -380,7 +397,9 @@ class LocalEvaluator:
             warnings=tuple(report.warning_flags),
         )
 
-    def _run_candidate(self, task: Task, code: str, plan: EvalPlan) -> CandidateRun:
+    def _run_candidate(
+        self, task: Task, code: str, plan: EvalPlan, pairer: Callable[[], RefSession] | None = None
+    ) -> CandidateRun:
         worker = self._take_worker()
         try:
             return drive_candidate(
@@ -391,6 +410,7 @@ class LocalEvaluator:
                 self.backend.compile_only,
                 device_slot=self._device_slot,
                 binary_policy=self._binary_policy(),
+                pairer=pairer,
             )
         finally:
             worker.close()

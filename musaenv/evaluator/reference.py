@@ -1,7 +1,9 @@
 """Reference outputs and timings, computed in a long-lived worker that never runs candidate code.
 
-Reference timings are cached per (task, shape, device, host, torch version, timing settings) in memory and
-on disk, so a reference is timed once per machine, in a clean process with fixed numerics flags.
+By default the reference is timed call by call beside the candidate (paired timing, :mod:`.pairing`; started
+here by :meth:`ReferenceService.start_pairing`). With ``TimingConfig.reference="dedicated_host"`` reference
+timings are cached per (task, shape, device, host, torch version, timing settings, timing method) in memory and on
+disk, so a reference is timed once per machine, in a clean process with fixed numerics flags.
 """
 
 from __future__ import annotations
@@ -23,15 +25,26 @@ import numpy as np
 from musaenv.config import TimingConfig
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
+from musaenv.evaluator.pairing import PairingError, RefSession
 from musaenv.evaluator.plan import EvalPlan
 from musaenv.isolation import forkserver
 from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import StageClock
-from musaenv.isolation.messages import DrawRequest, ReferenceRequest, Result, Timing, Trial, TrialStats, decode
+from musaenv.isolation.messages import (
+    DrawRequest,
+    PairedRequest,
+    ReferenceRequest,
+    Result,
+    Timing,
+    Trial,
+    TrialStats,
+    decode,
+)
 from musaenv.isolation.process import WorkerProcess
 from musaenv.tasks.task import Task
+from musaenv.timing.paired import TIMING_METHOD
 from musaenv.types import TimingStats
 
 __all__ = ["RefOutputs", "ReferenceError_", "ReferenceService", "recv_before"]
@@ -117,6 +130,7 @@ class ReferenceService:
         self.task_peaks: dict[str, float] = {}  # task source hash -> MB its reference added at its peak
         self._memo: dict[str, tuple[TimingStats, str]] = {}
         self._worker: WorkerProcess | None = None
+        self._session: RefSession | None = None  # the last paired timing (a broken one took its worker along)
 
     def _timing_key(self, task: Task, plan: EvalPlan) -> str:
         try:
@@ -131,16 +145,17 @@ class ReferenceService:
             torch_version,
             str(self.cpu_threads),
             self.timing.to_json(),
+            TIMING_METHOD,
         ]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
     def cached_timing(self, task: Task, plan: EvalPlan) -> TimingStats | None:
-        """The cached reference timing for this task and shape, if any (never with ``reference="every"``)."""
+        """The cached reference timing for this task and shape, if any (only with ``reference="dedicated_host"``)."""
         cached = self._cached(task, plan)
         return cached[0] if cached else None
 
     def _cached(self, task: Task, plan: EvalPlan) -> tuple[TimingStats, str] | None:
-        if self.timing.reference == "every":
+        if self.timing.reference != "dedicated_host":
             return None
         key = self._timing_key(task, plan)
         if key not in self._memo:
@@ -160,6 +175,9 @@ class ReferenceService:
         write_sealed(self.cache_dir / f"{key}.json", f"reftime:{key}", body)
 
     def _ensure_worker(self) -> WorkerProcess:
+        if self._session is not None and self._session.broken and self._session.worker is self._worker:
+            self._worker = None  # closed mid-protocol by the pairing: its exit status may not be known yet
+        self._session = None
         server_gone = self.fork_server is not None and not self.fork_server.alive  # its workers died with it
         if self._worker is None or server_gone or self._worker.poll() is not None:
             if self._worker is not None:
@@ -212,6 +230,8 @@ class ReferenceService:
         kind: type[ReferenceRequest] = ReferenceRequest,
     ) -> ReferenceRequest:
         cached = self.cached_timing(task, plan) if timing_cfg else None
+        if self.paired and kind is ReferenceRequest:  # timed beside the candidate instead (start_pairing)
+            cached, timing_cfg = None, None
         stats = [{"shape_index": k, "seed": seed, "stats": True} for k, seed in plan.recheck_trials(probes)]
         return kind(
             task_hash=task.source_hash,
@@ -227,9 +247,35 @@ class ReferenceService:
             rtol=float(task.rtol),
         )
 
+    @property
+    def paired(self) -> bool:
+        """True when the reference is timed beside each candidate, call by call (:meth:`start_pairing`)."""
+        return self.timing.reference == "paired"
+
     def needs_timing(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> bool:
-        """True when :meth:`run` will time the reference (timing requested and not cached yet)."""
-        return bool(timing_cfg) and self.cached_timing(task, plan) is None
+        """True when :meth:`run` will time the reference (timing requested, not paired and not cached yet)."""
+        return bool(timing_cfg) and not self.paired and self.cached_timing(task, plan) is None
+
+    def start_pairing(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any], timeout_s: float) -> RefSession:
+        """Start the reference's side of paired timing (:mod:`.pairing`): the worker pinned to the timing cores
+        a candidate gets, its warm-up under way, its calls waiting for the parent.
+
+        Raises:
+            PairingError: the worker could not be started or asked.
+        """
+        try:
+            worker = self._ensure_worker()
+            if self.device == "cpu":
+                pin_threads(worker.pid, timing_cpus(self.cpu_threads))
+            req = self._request(task, plan, {**timing_cfg, "paired": True}, kind=PairedRequest)
+            worker.chan.send(req.to_dict())
+        except (ReferenceError_, OSError) as e:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None
+            raise PairingError(f"the reference worker could not start paired timing: {e}") from None
+        self._session = RefSession(worker, StageClock(worker.pid, timeout_s))
+        return self._session
 
     def prepare(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> None:
         """Let the worker draw this plan's inputs now (CPU only; no reply), before :meth:`run` needs the device.

@@ -9,6 +9,7 @@ from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import over_budget
 from musaenv.evaluator.plan import first_use_calls
 from musaenv.evaluator.reference import RefOutputs
+from musaenv.timing.paired import PairedSamples, outside_work, sample_mismatch
 from musaenv.types import EvalResult, Stage, TimingStats
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
@@ -33,6 +34,10 @@ WORKER_FLAGS = {
     "timed_output_mismatch": "outputs produced while timing differ from the reference (caching or replay?)",
     "cpu_overuse": "while timed, the worker used more CPU cores than the reference's budget (measured from outside "
     "its process: threads that run only during timing?)",
+    "timing_forged": "the timed calls the candidate's process reported are far shorter than the parent's own clock "
+    "saw around them (a rewritten clock or samples)",
+    "timing_work_outside": "between its timed calls the candidate's process used more CPU than the reference's "
+    "by more than a whole call (work moved before the clock starts)",
 }
 
 
@@ -219,6 +224,10 @@ def cheating_flags(
         flags.append("timed_output_mismatch")
     if _cpu_overuse(run, device):
         flags.append("cpu_overuse")
+    if run.paired is not None and sample_mismatch(run.paired):
+        flags.append("timing_forged")
+    if run.paired is not None and outside_work(run.paired):
+        flags.append("timing_work_outside")
     flags.extend(f for f in rt.flags if f not in flags)
     return flags
 
@@ -301,25 +310,66 @@ def attach_timing(
     if run.timing is None:
         return result
     samples = [float(x) for x in run.timing[0].samples_ms]
+    fresh: list[int] | None = None
     if run.timing_layout is not None:
-        fresh = first_use_calls(len(samples), *run.timing_layout)
+        n = run.paired.pairs if run.paired is not None else len(samples)
+        fresh = first_use_calls(n, *run.timing_layout)
         if len(fresh) >= 3:  # repeated inputs measure an input-keyed cache as well as the kernel: not counted
-            samples = [samples[i] for i in fresh]
+            samples = [samples[i] for i in fresh if i < len(samples)]
         else:
+            fresh = None
             result = result.replace(warnings=(*result.warnings, "timing_inputs_reused"))
+    if run.paired is not None:
+        return _paired_timing(result, run.paired, fresh, rt, settings, _remeasure(run))
     stats = TimingStats.from_samples(samples)
     speedup = None
     if ref.timing is not None and stats.median_ms > 0:
         speedup = ref.timing.median_ms / stats.median_ms
-        try:
-            remeasure = [float(x) for x in (run.runtime.get("timing") or {}).get("remeasure_ms") or []]
-        except (TypeError, ValueError):  # malformed: judged as missing (assess_runtime already flagged it)
-            remeasure = []
-        speedup = checked_speedup(speedup, ref.timing.median_ms, stats.median_ms, remeasure, settings, rt)
+        speedup = checked_speedup(speedup, ref.timing.median_ms, stats.median_ms, _remeasure(run), settings, rt)
     return result.replace(
         timing=stats,
         runtime_ms=stats.median_ms,
         ref_timing=ref.timing,
         ref_runtime_ms=ref.timing.median_ms if ref.timing else None,
         speedup=speedup,
+    )
+
+
+def _remeasure(run: CandidateRun) -> list[float]:
+    try:
+        return [float(x) for x in (run.runtime.get("timing") or {}).get("remeasure_ms") or []]
+    except (TypeError, ValueError):  # malformed: judged as missing (assess_runtime already flagged it)
+        return []
+
+
+def _paired_timing(
+    result: EvalResult,
+    paired: PairedSamples,
+    calls: list[int] | None,
+    rt: RuntimeFindings,
+    settings: RuntimeSettings,
+    remeasure: list[float],
+) -> EvalResult:
+    """The speedup of paired timing: the median of the per-pair ratios (calls on a fresh input only), with its
+    interval and pair count; both timings are the parent's clock (musaenv.evaluator.pairing)."""
+    idx = list(range(paired.pairs)) if calls is None else [i for i in calls if i < paired.pairs]
+    got = paired.speedup(idx)
+    if got is None:
+        return result
+    stats = TimingStats.from_samples([paired.cand_ms[i] for i in idx])
+    ref_stats = TimingStats.from_samples([paired.ref_ms[i] for i in idx])
+    speedup, low, high = got
+    checked = checked_speedup(speedup, ref_stats.median_ms, stats.median_ms, remeasure, settings, rt)
+    if checked is not None and checked < speedup:  # capped by a re-measurement: the interval scales with it
+        low, high = low * checked / speedup, high * checked / speedup
+        speedup = checked
+    return result.replace(
+        timing=stats,
+        runtime_ms=stats.median_ms,
+        ref_timing=ref_stats,
+        ref_runtime_ms=ref_stats.median_ms,
+        speedup=speedup,
+        speedup_low=low,
+        speedup_high=high,
+        timing_pairs=len(idx),
     )

@@ -15,8 +15,11 @@ Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference wor
 * worker -> parent: :class:`Ready`, :class:`Stage`, :class:`Trial`, :class:`TrialStats`, :class:`Timing`,
   :class:`RuntimeReport`, :class:`BuildRequest` (the loader hook, :mod:`musaenv.worker.loader_hook`), :class:`Result`.
 * parent -> worker: :class:`CandidateRequest` (candidate), :class:`ReferenceRequest` / :class:`DrawRequest` /
-  :class:`Shutdown` (reference), :class:`Go`, :class:`BuildResult` (the build service,
+  :class:`PairedRequest` / :class:`Shutdown` (reference), :class:`Go`, :class:`BuildResult` (the build service,
   :mod:`musaenv.evaluator.candidate`).
+* paired timing (:mod:`musaenv.evaluator.pairing`), both workers, per timed call: parent :class:`TimePrepare` ->
+  worker :class:`TimeReady` -> parent :class:`TimeCall` -> worker :class:`TimeDone`; parent :class:`TimeEnd`
+  instead of the next :class:`TimePrepare` to stop.
 
 Nested parts that another module owns and checks (a build spec: :class:`~musaenv.build.buildspec.BuildSpec`;
 a runtime report's body: :mod:`musaenv.verification.runtime`; trial and timing plans:
@@ -45,6 +48,7 @@ __all__ = [
     "ForkServerReady",
     "Go",
     "Message",
+    "PairedRequest",
     "ProtocolError",
     "ProtocolMismatch",
     "Ready",
@@ -59,6 +63,11 @@ __all__ = [
     "Spawn",
     "Spawned",
     "Stage",
+    "TimeCall",
+    "TimeDone",
+    "TimeEnd",
+    "TimePrepare",
+    "TimeReady",
     "Timing",
     "Trial",
     "TrialStats",
@@ -67,7 +76,7 @@ __all__ = [
 ]
 
 # Raise on any change of a record's fields or meaning: parent and workers must run the same code.
-PROTOCOL_VERSION = 3  # 3: the fork server's requests and replies are records too
+PROTOCOL_VERSION = 4  # 4: paired timing (TimePrepare, TimeReady, TimeCall, TimeDone, TimeEnd, PairedRequest)
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 
@@ -278,6 +287,59 @@ class DrawRequest(ReferenceRequest):
     """Draw a coming :class:`ReferenceRequest`'s inputs now (CPU only; no reply)."""
 
     TYPE: ClassVar[str] = "draw"
+
+
+@dataclass(frozen=True)
+class PairedRequest(ReferenceRequest):
+    """Time the reference call by call, interleaved with a candidate, on the parent's :class:`TimeCall` s; answered
+    by :class:`TimeReady` / :class:`TimeDone` per call, then a :class:`Timing` and a :class:`Result`."""
+
+    TYPE: ClassVar[str] = "paired"
+
+
+# ------------------------------------------------------------------------ paired timing (both workers)
+
+
+@dataclass(frozen=True)
+class TimePrepare(Message):
+    """Prepare timed call ``index`` (fresh inputs, cache flushed) and say :class:`TimeReady`: a worker prepares
+    only when told, so its preparation never runs inside another call's window."""
+
+    TYPE: ClassVar[str] = "time_prepare"
+    index: int
+
+
+@dataclass(frozen=True)
+class TimeReady(Message):
+    """The worker has call ``index``'s fresh inputs and flushed cache ready, and waits for its :class:`TimeCall`."""
+
+    TYPE: ClassVar[str] = "time_ready"
+    index: int
+
+
+@dataclass(frozen=True)
+class TimeCall(Message):
+    """Run timed call ``index`` now: the parent's clock runs from sending this to reading its :class:`TimeDone`."""
+
+    TYPE: ClassVar[str] = "time_call"
+    index: int
+
+
+@dataclass(frozen=True)
+class TimeDone(Message):
+    """Timed call ``index`` is done and its output read in full (fingerprinted); ``ms``: the worker's own
+    measure of it, only cross-checked against the parent's clock, never used as the sample."""
+
+    TYPE: ClassVar[str] = "time_done"
+    index: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class TimeEnd(Message):
+    """No more timed calls: the worker sends its :class:`Timing` (and the reference its :class:`Result`)."""
+
+    TYPE: ClassVar[str] = "time_end"
 
 
 # ------------------------------------------------------------------ parent <-> fork server (isolation/forkserver.py)

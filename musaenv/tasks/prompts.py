@@ -182,6 +182,20 @@ def answer_line(backend: str, tool: str | None = None) -> str:
     return f"Call the tool `{tool}` with {program} as its `code` argument (plain code, no fence)."
 
 
+def _speedup_line(evaluation: Mapping[str, Any]) -> str:
+    """The speedup, its interval when paired timing measured one, and whether it is significantly above 1."""
+    v = float(evaluation["speedup"])
+    times = f"{evaluation.get('runtime_ms') or 0:.4f} ms vs {evaluation.get('ref_runtime_ms') or 0:.4f} ms"
+    low, high = evaluation.get("speedup_low"), evaluation.get("speedup_high")
+    if low is None or high is None:
+        return f"Speedup over the reference: {v:.3f}x ({times})"
+    line = f"Speedup over the reference: {v:.3f}x (95% interval {low:.3f}-{high:.3f}x over "
+    line += f"{evaluation.get('timing_pairs') or 0} paired calls; {times})"
+    if low <= 1.0 < high:  # the score rule for a straddled threshold: docs/rewards.md
+        line += "; not significantly different from the reference's speed"
+    return line
+
+
 def feedback_text(evaluation: Mapping[str, Any], score: float | None, budget_chars: int) -> str:
     """Summarise an EvalResult dict for the policy, within ``budget_chars``."""
     stage = evaluation.get("stage", "?")
@@ -191,10 +205,7 @@ def feedback_text(evaluation: Mapping[str, Any], score: float | None, budget_cha
     if evaluation.get("max_abs_error") is not None:
         lines.append(f"Worst absolute error: {evaluation['max_abs_error']:.3g}")
     if evaluation.get("speedup") is not None:
-        lines.append(
-            f"Speedup over the reference: {evaluation['speedup']:.3f}x "
-            f"({evaluation.get('runtime_ms') or 0:.4f} ms vs {evaluation.get('ref_runtime_ms') or 0:.4f} ms)"
-        )
+        lines.append(_speedup_line(evaluation))
     if evaluation.get("flags"):
         lines.append("Flags: " + ", ".join(evaluation["flags"]))
     lines.extend(f"- {m}" for m in evaluation.get("messages", []))

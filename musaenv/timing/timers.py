@@ -11,11 +11,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-__all__ = ["FINGERPRINT_BLOCKS", "DeviceClock", "TimedRun", "clone_args", "output_fingerprint", "time_forward"]
+__all__ = [
+    "FINGERPRINT_BLOCKS",
+    "CallGate",
+    "DeviceClock",
+    "TimedRun",
+    "clone_args",
+    "output_fingerprint",
+    "time_forward",
+    "time_gated",
+]
 
 
 def clone_args(args: Sequence[Any]) -> list[Any]:
@@ -120,6 +129,81 @@ def _block_stats(flat: torch.Tensor, reference: bool) -> list[list[float]]:
     return rows
 
 
+class CallGate(Protocol):
+    """The parent's hand on each timed call in paired timing (:func:`time_gated`; musaenv.evaluator.pairing)."""
+
+    def prepare(self, index: int) -> bool:
+        """Wait for the parent: True to prepare call ``index`` now, False to stop."""
+        ...
+
+    def ready(self, index: int) -> None:
+        """Say call ``index`` is prepared and wait for the parent's word to run it."""
+        ...
+
+    def done(self, index: int, ms: float) -> None:
+        """Say call ``index`` is done (its output read in full); ``ms`` is this process's own measure of it."""
+        ...
+
+
+def _flush_buffer(clock: DeviceClock, flush_bytes: int) -> torch.Tensor | None:
+    return torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
+
+
+def time_gated(
+    fn: Callable[..., Any],
+    inputs: Sequence[Sequence[Any]],
+    clock: DeviceClock,
+    gate: CallGate,
+    *,
+    warmup: int,
+    repeats: int,
+    flush_bytes: int,
+    keep: Sequence[int] = (),
+    reference: bool = False,
+) -> TimedRun:
+    """Like :func:`time_forward`, but each timed call waits for the parent (``gate``), which times it with its own
+    clock: fresh clone and cache flush before :meth:`CallGate.ready`, then call, synchronise and the output's
+    fingerprint (every output element read, so no work hides in lazily computed pages) before
+    :meth:`CallGate.done`. The parent decides how many calls run (at most ``repeats``).
+
+    Fingerprints are computed in the reference's form on both sides, so the reference and the candidate pay the
+    same for them inside the window; the candidate's are cut to its form (``[sum, sum^2]``) afterwards.
+    """
+    flush = _flush_buffer(clock, flush_bytes)
+    for i in range(warmup):
+        fn(*clone_args(inputs[-1 - i % len(inputs)]))
+    clock.sync()
+    run = TimedRun([], [], {})
+    out: Any = None
+    for i in range(repeats):
+        if not gate.prepare(i):
+            break
+        args = clone_args(inputs[i % len(inputs)])
+        if flush is not None:
+            flush.fill_(float(i))
+        clock.sync()
+        gate.ready(i)
+        events = clock.events()
+        t0 = time.perf_counter_ns()
+        if events is not None:
+            events[0].record()
+        out = fn(*args)
+        if events is not None:
+            events[1].record()
+        full = output_fingerprint(out, reference=True)  # synchronises: the output is read on the device
+        clock.sync()
+        t1 = time.perf_counter_ns()
+        gate.done(i, (t1 - t0) / 1e6)
+        run.host_samples_ms.append((t1 - t0) / 1e6)
+        run.samples_ms.append(events[0].elapsed_time(events[1]) if events is not None else run.host_samples_ms[-1])
+        run.fingerprints.append(full if reference else [[row[:2] for row in rows] for rows in full])
+        if i in keep:
+            run.kept_outputs[i] = out
+    if run.samples_ms:
+        run.kept_outputs.setdefault(len(run.samples_ms) - 1, out)
+    return run
+
+
 def time_forward(
     fn: Callable[..., Any],
     inputs: Sequence[Sequence[Any]],
@@ -140,7 +224,7 @@ def time_forward(
     Every call's output fingerprint is taken after its clock stopped (``reference``: the reference's form).
     At least 3 calls are timed even when ``max_time_s`` runs out earlier.
     """
-    flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
+    flush = _flush_buffer(clock, flush_bytes)
     for i in range(warmup):
         fn(*clone_args(inputs[-1 - i % len(inputs)]))
     clock.sync()

@@ -8,6 +8,10 @@ Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`; records o
 * ``reference`` (:class:`~musaenv.isolation.messages.ReferenceRequest`): correctness trials (and timing, unless
   cached) of the task's ``Model``; answered with ``trial``, ``trial_stats`` and ``timing`` messages and a
   ``result``. Uses the drawn inputs when its ``draw_id`` matches the last draw.
+* ``paired`` (:class:`~musaenv.isolation.messages.PairedRequest`): time the reference call by call on the parent's
+  ``time_call`` messages, interleaved with a candidate worker's calls (:mod:`musaenv.evaluator.pairing`); answered
+  with ``time_ready`` / ``time_done`` per call, a ``timing`` message and a ``result``. Uses (without consuming) the
+  inputs of the last draw when its ``draw_id`` matches.
 * ``shutdown``.
 """
 
@@ -18,7 +22,7 @@ from typing import Any
 import torch
 
 from musaenv.isolation.channel import Channel, ProtocolError
-from musaenv.isolation.messages import DrawRequest, Failure, ReferenceRequest, Result, Shutdown, decode
+from musaenv.isolation.messages import DrawRequest, Failure, PairedRequest, ReferenceRequest, Result, Shutdown, decode
 from musaenv.timing.timers import clone_args
 from musaenv.worker.failures import format_exc
 from musaenv.worker.harness import (
@@ -91,25 +95,35 @@ def _purity(program: ProgramModule, req: ReferenceRequest, device: torch.device)
 
 def _run(chan: Channel, req: ReferenceRequest, program: ProgramModule, drawn: DrawnInputs) -> None:
     device = configure_device(req)
+    model_cls = program.module.Model
+    if isinstance(req, PairedRequest):  # timing only: its trials come in the evaluation's reference request
+        _time(chan, req, program, program.build_model(model_cls, req.shapes[0], req.init_seed, device), drawn)
+        return
     key = req.task_hash
     if key not in _PURITY:  # once per task and worker
         _PURITY[key] = _purity(program, req, device)
     if _PURITY[key]:
         raise ImpureReference(_PURITY[key])
-    model_cls = program.module.Model
     models = run_trials(chan, req, program, model_cls, device, None, drawn=drawn)
     if req.timing:
         if 0 not in models:
             models[0] = program.build_model(model_cls, req.shapes[0], req.init_seed, device)
-        baseline: Any = models[0]
-        note: dict[str, Any] = {}
-        if req.timing.get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
-            program.apply_shape(req.shapes[0])
-            pool = drawn.pool_inputs(program, req.timing)
-            drawn = DrawnInputs(drawn.trials, pool)  # drawn once, for the compiling call and the timing
-            baseline, note = _compiled(models[0], pool, device)
-        eager = note.get("baseline", "eager") == "eager"  # compiled outputs may differ within tolerance
-        run_timing(chan, req, program, baseline, device, drawn, note, reference_prints=eager)
+        _time(chan, req, program, models[0], drawn)
+
+
+def _time(chan: Channel, req: ReferenceRequest, program: ProgramModule, model: Any, drawn: DrawnInputs) -> None:
+    """Time ``model`` (or its torch.compile baseline) on the plan's timing pool; sends the ``timing`` message."""
+    assert req.timing is not None
+    device = torch.device(req.device)
+    baseline: Any = model
+    note: dict[str, Any] = {}
+    if req.timing.get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
+        program.apply_shape(req.shapes[0])
+        pool = drawn.pool_inputs(program, req.timing)
+        drawn = DrawnInputs(drawn.trials, pool)  # drawn once, for the compiling call and the timing
+        baseline, note = _compiled(model, pool, device)
+    eager = note.get("baseline", "eager") == "eager"  # compiled outputs may differ within tolerance
+    run_timing(chan, req, program, baseline, device, drawn, note, reference_prints=eager)
 
 
 def _compiled(model: Any, pool: list[list[Any]], device: torch.device) -> tuple[Any, dict[str, Any]]:
@@ -138,7 +152,7 @@ def serve_reference(chan: Channel) -> None:
         except EOFError:
             return
         try:
-            req = decode(msg, Shutdown, DrawRequest, ReferenceRequest)
+            req = decode(msg, Shutdown, DrawRequest, PairedRequest, ReferenceRequest)
         except ProtocolError as e:  # the parent's own request: answered as the harness's failure
             if msg.get("type") != DrawRequest.TYPE:  # a draw gets no reply: its inputs are drawn again later
                 chan.send(Result(failure=Failure("infra_error", f"malformed reference request: {e}")).to_dict())
@@ -148,9 +162,10 @@ def serve_reference(chan: Channel) -> None:
         if isinstance(req, DrawRequest):
             pending = _draw(cache, req)
             continue
-        assert isinstance(req, ReferenceRequest)  # the last type decode allows
+        assert isinstance(req, ReferenceRequest)  # the last types decode allows
         drawn = pending[1] if pending is not None and pending[0] == req.draw_id else DrawnInputs.nothing()
-        pending = None
+        if not isinstance(req, PairedRequest):  # the paired timing leaves the draw to the reference request after it
+            pending = None
         try:
             _run(chan, req, _program(cache, req), drawn)
             chan.send(Result().to_dict())

@@ -11,14 +11,24 @@ from typing import Any
 
 import torch
 
-from musaenv.isolation.channel import Channel
-from musaenv.isolation.messages import RunRequest, Timing, Trial, TrialStats
-from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, output_fingerprint, time_forward
+from musaenv.isolation.channel import Channel, ProtocolError
+from musaenv.isolation.messages import (
+    RunRequest,
+    TimeCall,
+    TimeDone,
+    TimeEnd,
+    TimePrepare,
+    TimeReady,
+    Timing,
+    Trial,
+    TrialStats,
+)
+from musaenv.timing.timers import DeviceClock, TimedRun, clone_args, output_fingerprint, time_forward, time_gated
 from musaenv.verification.runtime_probe import RuntimeGuard
 from musaenv.worker.failures import InputDrawError, format_exc
 from musaenv.worker.harness import DrawnInputs, ProgramModule, flatten_outputs, tensor_to_array, to_device
 
-__all__ = ["OutputCheck", "configure_device", "run_timing", "run_trials"]
+__all__ = ["ChannelGate", "OutputCheck", "configure_device", "run_timing", "run_trials"]
 
 # The candidate worker's checks of one call: (outputs, the inputs it got, their untouched copies) -> flags.
 OutputCheck = Callable[[list[Any], list[Any], list[Any]], list[str]]
@@ -118,18 +128,14 @@ def run_timing(
     except Exception as e:
         raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
     keep = [int(i) for i in t.get("keep", [])]
+    clock = DeviceClock(str(device))
+    common: dict[str, Any] = {"warmup": int(t["warmup"]), "repeats": int(t["repeats"]), "keep": keep}
+    common.update(flush_bytes=int(t["flush_bytes"]), reference=reference_prints)
     with torch.no_grad():
-        run = time_forward(
-            model,
-            pool,
-            DeviceClock(str(device)),
-            warmup=int(t["warmup"]),
-            repeats=int(t["repeats"]),
-            max_time_s=float(t["max_time_s"]),
-            flush_bytes=int(t["flush_bytes"]),
-            keep=keep,
-            reference=reference_prints,
-        )
+        if t.get("paired"):  # the parent times each call (musaenv.evaluator.pairing)
+            run = time_gated(model, pool, clock, ChannelGate(chan), **common)
+        else:
+            run = time_forward(model, pool, clock, max_time_s=float(t["max_time_s"]), **common)
     kept_idx = sorted(run.kept_outputs)
     arrays: list[Any] = []
     counts: list[int] = []
@@ -140,3 +146,30 @@ def run_timing(
     msg = Timing(run.samples_ms, run.host_samples_ms, kept_idx, counts, run.fingerprints, **(note or {}))
     chan.send(msg.to_dict(), arrays)
     return run, pool
+
+
+class ChannelGate:
+    """The worker's side of paired timing: each timed call waits for the parent's :class:`TimeCall`."""
+
+    def __init__(self, chan: Channel) -> None:
+        self.chan = chan
+
+    def prepare(self, index: int) -> bool:
+        """Wait: True on the parent's :class:`TimePrepare` of ``index``, False on :class:`TimeEnd`."""
+        msg, _ = self.chan.recv()
+        if msg.get("type") == TimeEnd.TYPE:
+            return False
+        if msg.get("type") != TimePrepare.TYPE or TimePrepare.from_dict(msg).index != index:
+            raise ProtocolError(f"expected the parent's word to prepare timed call {index}, got {msg!r}"[:300])
+        return True
+
+    def ready(self, index: int) -> None:
+        """Send :class:`TimeReady` and wait for the parent's :class:`TimeCall` of ``index``."""
+        self.chan.send(TimeReady(index=index).to_dict())
+        msg, _ = self.chan.recv()
+        if msg.get("type") != TimeCall.TYPE or TimeCall.from_dict(msg).index != index:
+            raise ProtocolError(f"expected the parent's call of timed call {index}, got {msg!r}"[:300])
+
+    def done(self, index: int, ms: float) -> None:
+        """Send :class:`TimeDone` (the parent's clock stops when it reads it)."""
+        self.chan.send(TimeDone(index=index, ms=ms).to_dict())

@@ -114,8 +114,8 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
 STATIC_ONLY = ("s05_cpu_direct",)
 # Caches keyed on an input's address: caught on every run by writing new values into the same tensors (stale_output).
 POINTER_CACHES = ("s11_cache_data_ptr", "s11_cache_cpp_address")
-# Cheats on timed calls that only the side-by-side reference (``reference="every"``) checks one by one: run with
-# 20 timed calls (the default) instead of 5.
+# Cheats on timed calls that only a reference timed in the same run (``reference="paired"``, the default, or
+# ``"every"``) checks one by one: run with 20 timed calls (the default) instead of 5.
 EVERY_CALL = ("s12_late_window_py",)
 # Library compute and tampering the source text hides (an alias, a thread, a name built at run time): judged by the
 # built module's imports -> the flag that refuses it.
@@ -238,12 +238,15 @@ def test_address_keyed_caches_are_caught_on_every_run(suite: Suite, name: str) -
 
 
 @pytest.mark.parametrize("name", EVERY_CALL)
-@pytest.mark.parametrize("mode", ["reference_every", "all_probed"])
+@pytest.mark.parametrize("mode", ["paired", "reference_every", "all_probed"])
 def test_every_timed_call_checked(suite: Suite, name: str, mode: str) -> None:
-    # Side by side, the reference's own timed outputs check every call; with the cached reference, probes
-    # covering all 17 calls the fixed checks leave do the same at a reference forward each.
+    # Paired or side by side, the reference's own timed outputs check every call; with the dedicated host's cached
+    # reference, probes covering all 17 calls the fixed checks leave do the same at a reference forward each.
     timing = TimingConfig(warmup=1, repeats=20, max_time_s=5.0)
-    timing = timing.replace(reference="every") if mode == "reference_every" else timing.replace(probes=17)
+    if mode == "reference_every":
+        timing = timing.replace(reference="every")
+    elif mode == "all_probed":
+        timing = timing.replace(reference="dedicated_host", probes=17)
     with RuntimeOnlyEvaluator("cpu", dataclasses.replace(RUNTIME_ONLY, timing=timing)) as ev:
         for seed in (1, 2, 3):
             r = ev.evaluate(suite.tasks["relu"], render(name), seed=seed)

@@ -48,9 +48,20 @@ def test_correct_then_cached(evaluator, relu):
     assert again.compile_time_s == 0.0
 
 
-def test_reference_timed_once_or_beside_every_candidate(evaluator, relu):
-    cached = [evaluator.evaluate(relu, hazard_candidate("relu_ok"), seed=s).ref_timing for s in (11, 12)]
-    assert cached[0] is not None and cached[0] == cached[1]  # measured once, then reused
+def test_reference_paired_by_default_cached_on_a_dedicated_host_or_beside_every_candidate(evaluator, relu):
+    paired = [evaluator.evaluate(relu, hazard_candidate("relu_ok"), seed=s) for s in (9, 10)]
+    for r in paired:  # the default: timed call by call beside each candidate, the speedup with its interval
+        assert r.stage is Stage.CORRECT and r.ref_timing is not None, r.to_dict()
+        assert r.timing_pairs == r.timing.n == r.ref_timing.n >= 3
+        assert r.speedup_low is not None and r.speedup_high is not None
+        assert r.speedup_low <= r.speedup <= r.speedup_high
+    assert paired[0].ref_timing != paired[1].ref_timing
+    host = FAST.replace(timing=FAST.timing.replace(reference="dedicated_host"))
+    with LocalEvaluator("cpu", host) as ev:
+        cached = [ev.evaluate(relu, hazard_candidate("relu_ok"), seed=s) for s in (11, 12)]
+    assert cached[0].ref_timing is not None and cached[0].ref_timing == cached[1].ref_timing  # measured once
+    assert cached[0].timing_pairs == 0 and cached[0].speedup_low is None
+    cached = [r.ref_timing for r in cached]
     every = FAST.replace(timing=FAST.timing.replace(reference="every"))
     with LocalEvaluator("cpu", every) as ev:
         fresh = [ev.evaluate(relu, hazard_candidate("relu_ok"), seed=s) for s in (13, 14)]

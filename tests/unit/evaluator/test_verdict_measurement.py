@@ -10,6 +10,7 @@ from musaenv.evaluator.cpu_watch import PhaseUsage, over_budget
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.evaluator.verdict import judge
 from musaenv.isolation.messages import Timing
+from musaenv.timing.paired import PairedSamples
 from musaenv.types import EvalResult, Stage, TimingStats
 from musaenv.verification.runtime import RuntimeSettings
 
@@ -68,3 +69,34 @@ def test_timed_calls_on_reused_inputs_do_not_count_for_the_median() -> None:
     run.timing_layout = (3, 3)  # no timed call sees a new input: all counted, and said
     r = _judge(run, ref)
     assert "timing_inputs_reused" in r.warnings
+
+
+def _paired(cand_own_ms: list[float], cand_out_ms: float = 3.0) -> PairedSamples:
+    n = len(cand_own_ms)
+    ratios = [2.0 + 0.1 * i for i in range(n)]  # reference / candidate per pair: 2.0 ... 3.9
+    return PairedSamples(
+        ref_ms=[4.0 * r for r in ratios], cand_ms=[4.0] * n, ref_own_ms=[4.0 * r for r in ratios],
+        cand_own_ms=cand_own_ms, ref_first=[i % 2 == 0 for i in range(n)], clock="cpu",
+        ref_out_ms=[3.0] * n, cand_out_ms=[cand_out_ms] * n,
+    )  # fmt: skip
+
+
+def test_paired_timing_decides_the_speedup_with_its_interval_over_fresh_inputs() -> None:
+    run, ref = _pair([0.5] * 20)  # the worker's own samples: not what the speedup is made of
+    run.paired = _paired([4.1] * 20)
+    run.timing_layout = (3, 16)  # pairs 13-19 repeat an input: 13 pairs count
+    r = _judge(run, ref)
+    assert r.stage is Stage.CORRECT, r.to_dict()
+    assert r.timing_pairs == 13 and r.speedup == pytest.approx(2.6)  # median of ratios 2.0 ... 3.2
+    assert (r.speedup_low, r.speedup_high) == (pytest.approx(2.2), pytest.approx(3.0))  # ranks 3 and 11 of 13
+    assert r.runtime_ms == pytest.approx(4.0) and r.ref_timing is not None and r.ref_timing.n == 13
+
+
+def test_forged_own_samples_and_work_outside_the_window_are_cheating() -> None:
+    run, ref = _pair([0.2] * 20)
+    run.paired = _paired([0.2] * 20)  # the worker says 0.2 ms where the parent counted 4 ms of CPU
+    r = _judge(run, ref)
+    assert r.stage is Stage.CHEATING and "timing_forged" in r.flags
+    run.paired = _paired([4.1] * 20, cand_out_ms=9.0)  # 6 ms more than the reference between calls
+    r = _judge(run, ref)
+    assert r.stage is Stage.CHEATING and r.flags == ("timing_work_outside",)

@@ -50,3 +50,13 @@ def test_the_triton_prompt_says_what_the_cpu_interpreter_supports():
     assert set(p) <= OBS_CHARSET
     kb = initial_prompt(get_task("l1_relu"), "triton", "cpu", "kernelbench")
     assert "every call of forward must run at least one of your" in " ".join(kb.split())
+
+
+def test_feedback_gives_the_paired_speedup_its_interval_and_says_when_it_straddles_parity() -> None:
+    base = {"stage": "correct", "speedup": 1.2, "runtime_ms": 1.0, "ref_runtime_ms": 1.2, "timing_pairs": 13}
+    straddles = feedback_text({**base, "speedup_low": 0.9, "speedup_high": 1.5}, 1.1, 2000)
+    assert "95% interval 0.900-1.500x over 13 paired calls" in straddles
+    assert "not significantly different" in straddles
+    clear = feedback_text({**base, "speedup_low": 1.1, "speedup_high": 1.3}, 1.1, 2000)
+    assert "interval" in clear and "not significantly" not in clear
+    assert "interval" not in feedback_text({**base, "timing_pairs": 0}, 1.1, 2000)  # a cached reference: no interval

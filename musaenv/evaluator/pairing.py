@@ -1,0 +1,214 @@
+"""Paired timing, driven by the parent: the reference and the candidate timed call by call, interleaved.
+
+Both workers are alive and pinned to the same timing cores. For each call the parent tells one worker to prepare
+it (:class:`~musaenv.isolation.messages.TimePrepare`: a fresh clone of the input, the cache flushed), waits for its
+:class:`~musaenv.isolation.messages.TimeReady`, sends :class:`~musaenv.isolation.messages.TimeCall` and reads its
+:class:`~musaenv.isolation.messages.TimeDone` (the call ran and its output was read in full, as a fingerprint);
+then the other worker's call. One worker runs at a time, each prepares only when told, and nothing but the timed
+call runs in a window. Pair ``i`` is the two calls on input ``i``; who goes first
+alternates from pair to pair, so a slow first or second position cancels.
+
+The sample of a call is measured by the parent from sending the call to reading its answer: on the CPU the worker
+process's CPU time over that window, read from the kernel's accounting (:func:`~musaenv.evaluator.cpu_watch.
+process_cpu_clock`: every thread, exited ones included; the time a busy host keeps the worker off a core is not in
+it), on a GPU (where the work is not CPU time) the parent's monotonic clock. Nothing in the candidate's process (a
+saved clock, a list of samples, a libpython slot) decides a sample. The workers' own measures travel along and are
+only cross-checked (:func:`musaenv.timing.paired.sample_mismatch`), and so is the CPU time each worker spends
+outside its windows (:func:`musaenv.timing.paired.outside_work`: work moved before the clock starts).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from musaenv.evaluator.cpu_watch import process_cpu_clock
+from musaenv.isolation.channel import ProtocolError, Stalled
+from musaenv.isolation.limits import StageClock
+from musaenv.isolation.messages import Result, TimeCall, TimeDone, TimeEnd, TimePrepare, TimeReady, Timing, decode
+from musaenv.isolation.process import WorkerProcess
+from musaenv.timing.paired import PairedSamples
+
+__all__ = ["Handoff", "PairingError", "RefSession", "pair_calls"]
+
+Got = tuple[dict[str, Any], list[np.ndarray]]
+Handoff = Got | str
+"""What ends pairing early on the candidate's side: a message that is not part of it, or the limit that ran out."""
+
+_POLL_S = 0.25
+
+
+class PairingError(Exception):
+    """The reference's side of paired timing failed: the harness's problem (``infra_error``), never the candidate's."""
+
+
+class RefSession:
+    """The reference worker's side of one paired timing (started by its :class:`~musaenv.isolation.messages.
+    PairedRequest`), read within the limits of ``clock``."""
+
+    def __init__(self, worker: WorkerProcess, clock: StageClock) -> None:
+        self.worker = worker
+        self.clock = clock
+        self.timing: Timing | None = None
+        self.broken = False  # left mid-protocol and closed: its service must start another worker
+
+    def send(self, msg: dict[str, Any]) -> None:
+        """Send ``msg``; a gone worker is a :class:`PairingError`."""
+        try:
+            self.worker.chan.send(msg, give_up=self.clock.over)
+        except (OSError, Stalled) as e:
+            raise PairingError(f"the reference worker did not take its timing message ({e})") from None
+
+    def recv(self) -> dict[str, Any]:
+        """The reference worker's next message (a ``timing`` is kept in :attr:`timing`)."""
+        while True:
+            try:
+                if self.worker.chan.poll(_POLL_S):
+                    msg, _ = self.worker.chan.recv(self.clock.over)
+                    return msg
+            except (EOFError, OSError, ProtocolError, Stalled) as e:
+                raise PairingError(f"the reference worker failed while timing: {e!r}") from None
+            why = self.clock.over()
+            if why is not None:
+                raise PairingError(f"the reference's paired timing: {self.clock.describe('timing', why)}")
+
+    def next(self) -> TimeReady | TimeDone:
+        """The next ``time_ready`` or ``time_done`` (a failure report is a :class:`PairingError`)."""
+        msg = self.recv()
+        if msg.get("type") == Result.TYPE:
+            failure = Result.from_dict(msg).failure
+            raise PairingError(f"the reference failed while timing:\n{failure.log if failure else '(no log)'}")
+        try:
+            got = decode(msg, TimeReady, TimeDone)
+        except ProtocolError as e:
+            raise PairingError(f"the reference answered out of turn: {e}") from None
+        assert isinstance(got, (TimeReady, TimeDone))
+        return got
+
+    def finish(self) -> Timing:
+        """Read the reference's ``timing`` and ``result`` after its last call."""
+        timing = None
+        while True:
+            msg = self.recv()
+            if msg.get("type") == Timing.TYPE:
+                timing = Timing.from_dict(msg)
+            elif msg.get("type") == Result.TYPE:
+                failure = Result.from_dict(msg).failure
+                if failure is not None or timing is None:
+                    raise PairingError(f"the reference's timing ended without a result: {failure}")
+                return timing
+            else:
+                raise PairingError(f"unexpected message from the reference while timing: {msg.get('type')!r}")
+
+
+@dataclass
+class _Side:
+    """One worker's part of the pairing: how to read and write it, and what it measured."""
+
+    recv: Callable[[], TimeReady | TimeDone | Handoff]
+    send: Callable[[dict[str, Any]], None]
+    cpu: Callable[[], int] | None  # the worker's CPU-time clock (ns), None: the parent's wall clock decides
+    ms: list[float] = field(default_factory=list)
+    own_ms: list[float] = field(default_factory=list)
+    out_ms: list[float] = field(default_factory=list)  # CPU time since the end of its previous window
+    last_ns: int | None = None
+
+
+def _timed(side: _Side, index: int) -> Handoff | None:
+    """Call ``index`` of ``side``: prepared when told, then timed by this process from call to answer."""
+    side.send(TimePrepare(index=index).to_dict())
+    ready = side.recv()
+    if isinstance(ready, (TimeReady, TimeDone)) and (not isinstance(ready, TimeReady) or ready.index != index):
+        raise ProtocolError(f"expected readiness for timed call {index}, got {ready!r}"[:200])
+    if not isinstance(ready, TimeReady):
+        return ready
+    c0 = side.cpu() if side.cpu is not None else 0
+    t0 = time.perf_counter_ns()
+    side.send(TimeCall(index=index).to_dict())
+    done = side.recv()
+    t1 = time.perf_counter_ns()
+    c1 = side.cpu() if side.cpu is not None else 0
+    if isinstance(done, (TimeReady, TimeDone)) and (not isinstance(done, TimeDone) or done.index != index):
+        raise ProtocolError(f"expected the end of timed call {index}, got {done!r}"[:200])
+    if not isinstance(done, TimeDone):
+        return done
+    side.ms.append(((c1 - c0) if side.cpu is not None else (t1 - t0)) / 1e6)
+    if side.cpu is not None and side.last_ns is not None:
+        side.out_ms.append((c0 - side.last_ns) / 1e6)
+    side.last_ns = c1
+    side.own_ms.append(float(done.ms))
+    return None
+
+
+def pair_calls(
+    cand_recv: Callable[[], TimeReady | TimeDone | Handoff],
+    cand_send: Callable[[dict[str, Any]], None],
+    ref: RefSession,
+    timing: dict[str, Any],
+    cand_cpu: Callable[[], int] | None = None,
+    cand_waits: Callable[[float], None] | None = None,
+) -> tuple[PairedSamples, Handoff | None]:
+    """Run the paired calls of the plan ``timing`` (``repeats``, ``max_time_s``, ``keep``).
+
+    ``cand_recv`` returns the candidate's next ``time_ready``/``time_done``, or what ended its part (a message
+    outside the protocol, e.g. its failure report, or the limit that ran out), which is handed back with the pairs
+    measured so far. The reference's own measures and fingerprints come from its ``timing`` message.
+    ``cand_cpu``: the candidate worker's CPU-time clock; given (on the CPU), both workers' samples are CPU time.
+    ``cand_waits`` is told the seconds the candidate waited on the reference's calls (not the candidate's time).
+
+    Raises:
+        PairingError: the reference's side failed.
+        ProtocolError: the candidate answered out of turn.
+    """
+    try:
+        return _pair_calls(_Side(cand_recv, cand_send, cand_cpu), ref, timing, cand_waits or (lambda s: None))
+    except BaseException:
+        ref.broken = True  # left mid-protocol: the service starts a fresh reference worker for the next request
+        ref.worker.close()
+        raise
+
+
+def _pair_calls(
+    c: _Side, ref: RefSession, timing: dict[str, Any], waits: Callable[[float], None]
+) -> tuple[PairedSamples, Handoff | None]:
+    repeats, budget = int(timing["repeats"]), float(timing["max_time_s"])
+    keep = [int(k) for k in timing.get("keep", [])]
+    ref_cpu = process_cpu_clock(ref.worker.pid) if c.cpu is not None else None
+    c.cpu = c.cpu if ref_cpu is not None else None  # both on one clock, or both on the wall clock
+    r = _Side(ref.next, ref.send, ref_cpu)
+    firsts: list[bool] = []
+    handoff: Handoff | None = None
+    end = time.monotonic() + budget
+    i = 0
+    while handoff is None:
+        firsts.append(i % 2 == 0)
+        for side in (r, c) if firsts[-1] else (c, r):
+            t0 = time.monotonic()
+            handoff = _timed(side, i)
+            if side is r:
+                waits(time.monotonic() - t0)
+            if handoff is not None:
+                break
+        i += 1
+        if handoff is not None or i >= repeats:
+            break
+        if i >= 3 and time.monotonic() > end and not any(k >= i for k in keep):
+            c.send(TimeEnd().to_dict())
+            r.send(TimeEnd().to_dict())
+            break
+    if handoff is not None and len(r.ms) < repeats:
+        ref.send(TimeEnd().to_dict())  # the reference waits for its next call: let it end
+    t0 = time.monotonic()
+    ref_timing = ref.finish()
+    waits(time.monotonic() - t0)
+    n = min(len(r.ms), len(c.ms))
+    prints = list(ref_timing.fingerprints) if ref_timing.baseline == "eager" else None
+    samples = PairedSamples(
+        r.ms[:n], c.ms[:n], r.own_ms[:n], c.own_ms[:n], firsts[:n], prints, ref_timing.baseline_note,
+        clock="cpu" if c.cpu is not None else "wall", ref_out_ms=r.out_ms, cand_out_ms=c.out_ms,
+    )  # fmt: skip
+    return samples, handoff

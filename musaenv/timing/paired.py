@@ -1,0 +1,160 @@
+"""Paired timing's statistics (parent side; pure Python, no torch).
+
+The parent times the reference and the candidate call by call, interleaved on the same cores
+(:mod:`musaenv.evaluator.pairing`): pair ``i`` is the reference's and the candidate's call on the same fresh input,
+moments apart. Host load slows both calls of a pair alike, so the ratio of a pair moves much less than either
+time, and the median of the per-pair ratios is the speedup. Its confidence interval is the distribution-free one
+of a median (order statistics of the ratios, from the binomial distribution), so it needs no assumption about how
+a busy host skews the times.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CONFIDENCE",
+    "TIMING_METHOD",
+    "PairedSamples",
+    "median_interval",
+    "outside_work",
+    "sample_mismatch",
+]
+
+TIMING_METHOD = "paired-cpu-1"
+"""Names how reference times are measured; part of every cached reference-timing key (a change re-measures)."""
+
+CONFIDENCE = 0.95
+"""Coverage of the speedup's interval (:func:`median_interval`)."""
+
+# The worker's own measure of a call lies inside the parent's window around it, which adds the pipe's round trip
+# (tens of microseconds, milliseconds when the host is busy). A candidate whose own measures are far below what the
+# parent saw, by more than the reference's own gap plus this slack, reported samples it did not measure.
+_MISMATCH_RATIO = 0.5
+_MISMATCH_SLACK_MS = 1.0
+
+
+def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """A ``confidence`` interval for the median of ``values`` from their order statistics.
+
+    The interval ``[x_(k), x_(n+1-k)]`` (sorted, 1-based) covers the median with probability ``1 - 2 P(B < k)``
+    for ``B ~ Binomial(n, 1/2)``, whatever the distribution; ``k`` is the largest rank that keeps at least
+    ``confidence``. Below 6 values no rank does: the interval is then the whole range (it covers less).
+    """
+    if not values:
+        raise ValueError("median_interval needs at least one value")
+    xs = sorted(values)
+    n = len(xs)
+    alpha = (1.0 - confidence) / 2
+    k, below = 0, 0.0  # below = P(B < k + 1) while searching
+    for j in range(n // 2 + 1):
+        below += math.comb(n, j) / 2**n
+        if below > alpha:
+            break
+        k = j + 1
+    k = max(k, 1)
+    return xs[k - 1], xs[n - k]
+
+
+@dataclass(frozen=True)
+class PairedSamples:
+    """What the parent measured in paired timing, call by call (milliseconds).
+
+    Attributes:
+        ref_ms: The reference's calls, as the parent timed them from sending ``time_call`` to reading
+            ``time_done``: the worker's CPU time over that window (``clock="cpu"``) or the parent's monotonic
+            clock (``"wall"``, GPUs).
+        cand_ms: The candidate's calls, likewise.
+        ref_own_ms: The reference worker's own measure of each call (trusted process).
+        cand_own_ms: The candidate worker's own measure of each call: cross-checked, never used as a sample.
+        ref_first: Per pair, True when the reference's call ran first (alternated to cancel order effects).
+        ref_prints: The reference's fingerprints of its timed calls (reference form), ``None`` for a compiled
+            baseline (whose outputs may differ from the eager reference within tolerance).
+        baseline_note: Why the timed baseline is not the one asked for (torch.compile failed), else ``""``.
+        clock: ``cpu`` or ``wall``: what :attr:`ref_ms` and :attr:`cand_ms` measure.
+        ref_out_ms: CPU time of the reference worker between the end of one window and the start of the next
+            (preparing the next call: clone, cache flush), from the second call on; empty on the wall clock.
+        cand_out_ms: The candidate's, likewise.
+        threads: Cores the workers may use (``TimingConfig.cpu_threads``).
+    """
+
+    ref_ms: list[float]
+    cand_ms: list[float]
+    ref_own_ms: list[float]
+    cand_own_ms: list[float]
+    ref_first: list[bool]
+    ref_prints: list[object] | None = None
+    baseline_note: str = ""
+    clock: str = "wall"
+    ref_out_ms: list[float] = field(default_factory=list)
+    cand_out_ms: list[float] = field(default_factory=list)
+    threads: int = 1
+
+    @property
+    def pairs(self) -> int:
+        """Number of complete pairs."""
+        return min(len(self.ref_ms), len(self.cand_ms))
+
+    def ratios(self, calls: list[int] | None = None) -> list[float]:
+        """Per pair, reference time / candidate time (only ``calls`` when given)."""
+        idx = range(self.pairs) if calls is None else [i for i in calls if i < self.pairs]
+        return [self.ref_ms[i] / self.cand_ms[i] for i in idx if self.cand_ms[i] > 0]
+
+    def speedup(self, calls: list[int] | None = None) -> tuple[float, float, float] | None:
+        """``(median ratio, interval low, interval high)`` over the pairs (``calls`` only, when given)."""
+        r = self.ratios(calls)
+        if not r:
+            return None
+        lo, hi = median_interval(r)
+        return statistics.median(r), lo, hi
+
+
+def sample_mismatch(p: PairedSamples) -> str:
+    """Why the candidate's own per-call measures cannot be true, or ``""``.
+
+    An honest worker's measure of a call (its wall time around call and fingerprint) lies inside the parent's
+    window around it. On the wall clock it falls short of the window by the pipe's round trip and the scheduling
+    delays, which the reference worker shows on the same cores moments apart; on the CPU clock it is at least the
+    window's CPU time divided by the cores allowed (a waiting worker uses none). A median candidate measure below
+    half of that, by more than a slack, was not measured: the in-process clock, or the samples, were rewritten.
+    """
+    n = min(p.pairs, len(p.cand_own_ms), len(p.ref_own_ms))
+    if n == 0:
+        return ""
+    own = statistics.median(p.cand_own_ms[:n])
+    if p.clock == "cpu":
+        expected, slack = statistics.median(p.cand_ms[:n]) / max(1, p.threads), _MISMATCH_SLACK_MS
+    else:
+        if any(p.cand_own_ms[i] > p.cand_ms[i] + _MISMATCH_SLACK_MS for i in range(n)):
+            return "a timed call the candidate's process measured as longer than the parent's window around it"
+        ref_gap = statistics.median(max(p.ref_ms[i] - p.ref_own_ms[i], 0.0) for i in range(n))
+        expected = statistics.median(max(p.cand_ms[i] - ref_gap, 0.0) for i in range(n))
+        slack = _MISMATCH_SLACK_MS + 0.5 * ref_gap  # expected already leaves out the typical gap
+    if own < _MISMATCH_RATIO * expected and expected - own > slack:
+        return (
+            f"the candidate's process measured its timed calls at {own:.3f} ms (median) while the parent measured "
+            f"{expected:.3f} ms of call ({p.clock} clock)"
+        )
+    return ""
+
+
+def outside_work(p: PairedSamples) -> str:
+    """Why the candidate worked outside its timed windows, or ``""`` (CPU clock only).
+
+    Between two windows a worker only prepares its next call (a fresh clone of the input, the cache flushed) and
+    waits, which costs the reference and the candidate alike on the same inputs. A candidate whose CPU time out
+    there exceeds the reference's by more than its own median call (and a slack) did its call's work before the
+    clock started: in an overridden clone, on a thread while the reference was timed, or on a fault handler.
+    """
+    if p.clock != "cpu" or not p.cand_out_ms or not p.ref_out_ms:
+        return ""
+    extra = statistics.median(p.cand_out_ms) - statistics.median(p.ref_out_ms)
+    call = statistics.median(p.cand_ms) if p.cand_ms else 0.0
+    if extra > call + _MISMATCH_SLACK_MS:
+        return (
+            f"the candidate's process used {extra:.3f} ms more CPU than the reference's between its timed calls "
+            f"(median), more than its timed call itself ({call:.3f} ms)"
+        )
+    return ""

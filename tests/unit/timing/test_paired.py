@@ -1,0 +1,181 @@
+"""Paired timing: the median's interval, the cross-checks of the candidate's own samples, and the parent's
+protocol (pairs counted, calls interleaved one at a time, order alternated, a forged own sample caught).
+
+The protocol test runs the real worker side (:func:`time_gated` with :class:`ChannelGate`) and the real parent side
+(:func:`pair_calls`) over real pipes, the two workers as threads; it asserts the machinery, never timings.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+
+from musaenv.evaluator.pairing import RefSession, pair_calls
+from musaenv.isolation.channel import Channel
+from musaenv.isolation.limits import StageClock
+from musaenv.isolation.messages import Result, TimeDone, TimeReady, Timing, decode
+from musaenv.timing.paired import PairedSamples, median_interval, outside_work, sample_mismatch
+from musaenv.timing.timers import DeviceClock, time_gated
+from musaenv.worker.trials import ChannelGate
+
+
+def test_median_interval_uses_binomial_ranks() -> None:
+    xs = [float(i) for i in range(1, 21)]  # n = 20: the 95 % interval is [x_(6), x_(15)]
+    assert median_interval(xs) == (6.0, 15.0)
+    assert median_interval([3.0, 1.0, 2.0]) == (1.0, 3.0)  # too few for 95 %: the whole range
+
+
+def test_median_interval_covers_the_median_at_least_95_percent() -> None:
+    rng = random.Random(7)
+    hits = 0
+    for _ in range(2000):  # a skewed distribution with median 1.0 (log-normal)
+        lo, hi = median_interval([rng.lognormvariate(0.0, 0.8) for _ in range(15)])
+        hits += lo <= 1.0 <= hi
+    assert hits / 2000 >= 0.94
+
+
+def _samples(cand_own: list[float], clock: str = "cpu", cand_out: float = 3.0) -> PairedSamples:
+    n = len(cand_own)
+    return PairedSamples(
+        ref_ms=[4.0] * n, cand_ms=[2.0] * n, ref_own_ms=[4.1] * n, cand_own_ms=cand_own, ref_first=[True] * n,
+        clock=clock, ref_out_ms=[3.0] * n, cand_out_ms=[cand_out] * n,
+    )  # fmt: skip
+
+
+def test_speedup_is_the_median_of_pair_ratios_with_its_interval() -> None:
+    p = PairedSamples([4.0, 6.0, 8.0], [2.0, 2.0, 2.0], [4.0] * 3, [2.0] * 3, [True, False, True])
+    assert p.speedup() == (3.0, 2.0, 4.0)
+    assert p.speedup([0]) == (2.0, 2.0, 2.0)
+
+
+def test_honest_own_samples_pass_and_forged_ones_are_caught() -> None:
+    assert sample_mismatch(_samples([2.1] * 10)) == ""
+    assert sample_mismatch(_samples([2.1] * 10, clock="wall")) == ""
+    forged = _samples([0.1] * 10)  # the candidate divided its samples by 20
+    forged = PairedSamples(**{**forged.__dict__, "cand_ms": [20.0] * 10})
+    assert "measured its timed calls" in sample_mismatch(forged)
+
+
+def test_work_moved_before_the_window_is_caught() -> None:
+    assert outside_work(_samples([2.1] * 10)) == ""
+    assert "more CPU than the reference" in outside_work(_samples([2.1] * 10, cand_out=12.0))
+    assert outside_work(_samples([2.1] * 10, clock="wall", cand_out=12.0)) == ""  # no CPU clock: not judged
+
+
+@dataclass
+class _ThreadWorker:
+    """A worker played by a thread of this process, on real pipes (what RefSession reads)."""
+
+    chan: Channel
+    pid: int = field(default_factory=os.getpid)
+
+    def close(self) -> None:
+        """Nothing to stop: the thread ends with its loop."""
+
+
+class _ForgingGate(ChannelGate):
+    """A candidate that rewrites its own samples twenty times smaller."""
+
+    def done(self, index: int, ms: float) -> None:
+        super().done(index, ms / 20)
+
+
+def _serve(chan: Channel, name: str, log: list[tuple[str, int]], forge: bool, repeats: int) -> None:
+    calls = iter(range(repeats))
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        log.append((name, next(calls)))
+        time.sleep(0.05)  # long enough that a forged sample is far from the parent's window
+        return x * 2
+
+    gate = _ForgingGate(chan) if forge else ChannelGate(chan)
+    run = time_gated(model, [[torch.ones(64)]] * 4, DeviceClock("cpu"), gate, warmup=0, repeats=repeats,
+                     flush_bytes=1024, reference=True)  # fmt: skip
+    chan.send(Timing(run.samples_ms, run.host_samples_ms, fingerprints=run.fingerprints).to_dict())
+    if name == "ref":
+        chan.send(Result().to_dict())
+
+
+def _pipes() -> tuple[Channel, Channel]:
+    a_r, a_w = os.pipe()
+    b_r, b_w = os.pipe()
+    return Channel(a_r, b_w), Channel(b_r, a_w)  # (parent's end, worker's end)
+
+
+def _pair(forge: bool, repeats: int = 6) -> tuple[PairedSamples, list[tuple[str, int]], dict[str, Any]]:
+    log: list[tuple[str, int]] = []
+    (cp, cw), (rp, rw) = _pipes(), _pipes()
+    threads = [threading.Thread(target=_serve, args=(w, n, log, forge and n == "cand", repeats), daemon=True)
+               for w, n in ((cw, "cand"), (rw, "ref"))]  # fmt: skip
+    for t in threads:
+        t.start()
+    leftover: dict[str, Any] = {}
+
+    def cand_recv() -> Any:
+        msg, arrays = cp.recv()
+        if msg["type"] in (TimeReady.TYPE, TimeDone.TYPE):
+            return decode(msg, TimeReady, TimeDone)
+        return msg, arrays
+
+    ref = RefSession(_ThreadWorker(rp), StageClock(os.getpid(), 60.0))  # type: ignore[arg-type]
+    timing = {"repeats": repeats, "max_time_s": 60.0, "keep": []}
+    samples, handoff = pair_calls(cand_recv, cp.send, ref, timing)
+    assert handoff is None
+    leftover["timing"] = cp.recv()[0]  # the candidate's own timing message follows the pairs
+    for t in threads:
+        t.join(10)
+    return samples, log, leftover
+
+
+def test_pairs_are_counted_interleaved_and_alternated() -> None:
+    samples, log, leftover = _pair(forge=False)
+    assert samples.pairs == 6 and samples.clock == "wall"
+    assert samples.ref_first == [True, False, True, False, True, False]
+    # one call at a time, in the parent's order: reference first on even pairs, candidate first on odd ones
+    expected = [(n, i) for i in range(6) for n in (("ref", "cand") if i % 2 == 0 else ("cand", "ref"))]
+    assert log == expected
+    speedup = samples.speedup()
+    assert speedup is not None and speedup[1] <= speedup[0] <= speedup[2]
+    assert all(ms >= 50.0 for ms in samples.cand_ms + samples.ref_ms)  # the parent's windows hold the calls
+    assert leftover["timing"]["type"] == Timing.TYPE
+    assert sample_mismatch(samples) == ""
+
+
+def test_a_forged_own_sample_is_detected() -> None:
+    samples, _, _ = _pair(forge=True)
+    assert samples.pairs == 6
+    assert "measured its timed calls" in sample_mismatch(samples)
+
+
+def test_the_parent_stops_early_with_time_end() -> None:
+    log: list[tuple[str, int]] = []
+    (cp, cw), (rp, rw) = _pipes(), _pipes()
+    for w, n in ((cw, "cand"), (rw, "ref")):
+        threading.Thread(target=_serve, args=(w, n, log, False, 50), daemon=True).start()
+
+    def cand_recv() -> Any:
+        msg, arrays = cp.recv()
+        return decode(msg, TimeReady, TimeDone) if msg["type"] in (TimeReady.TYPE, TimeDone.TYPE) else (msg, arrays)
+
+    ref = RefSession(_ThreadWorker(rp), StageClock(os.getpid(), 60.0))  # type: ignore[arg-type]
+    samples, handoff = pair_calls(cand_recv, cp.send, ref, {"repeats": 50, "max_time_s": 0.001, "keep": [4]})
+    assert handoff is None
+    assert samples.pairs == 5  # at least 3, and on to the kept call 4, then ended by the budget
+    assert cp.recv()[0]["type"] == Timing.TYPE
+
+
+def test_paired_is_the_default_and_the_cached_mode_is_named_for_its_host() -> None:
+    from musaenv.config import TimingConfig
+    from musaenv.errors import ConfigError
+
+    assert TimingConfig().reference == "paired"
+    assert TimingConfig(reference="cached").reference == "dedicated_host"  # its former name still reads
+    with pytest.raises(ConfigError):
+        TimingConfig(reference="sometimes")
