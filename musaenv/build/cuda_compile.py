@@ -39,6 +39,7 @@ from typing import IO, Any
 
 from musaenv import _env
 from musaenv.build.cuda_link import judge_link, link_plan, missing_module_init
+from musaenv.build.faults import machine_fault, step_fault
 from musaenv.errors import BackendUnavailableError
 
 __all__ = ["CHECK_VERSION", "CompileCheck", "cuda_compile_check"]
@@ -322,12 +323,17 @@ def _compose_log(steps: list[_Step], passed: set[str]) -> str:
 
 
 def _inconclusive(steps: list[_Step], cuda_home: Path) -> str | None:
-    """Reason when every failure is a header missing from this machine's CUDA toolkit, or the host stalled a step
-    (its wall-clock backstop ran out while it used less than its CPU seconds)."""
+    """Reason when every failure is a header missing from this machine's CUDA toolkit, the host stalled a step
+    (its wall-clock backstop ran out while it used less than its CPU seconds), or the machine ended one
+    (:func:`musaenv.build.faults.machine_fault`: killed from outside, a full disk, exhausted tables)."""
     stalled = [s.name for s in steps if s.host_stalled]
     if stalled:
         return f"the host was too slow: {stalled} ran past the wall-clock backstop within their CPU seconds"
     failed = [s for s in steps if s.returncode != 0 and not s.stopped]  # a stopped step did not fail by itself
+    for s in failed:  # killed from outside, a full disk, no process could start: the machine's (build/faults.py)
+        fault = step_fault([s.record()]) or (None if s.timed_out else machine_fault(s.output))
+        if fault is not None:
+            return f"{fault}; the candidate was not judged"
     missing: list[str] = []
     for s in failed:
         headers = [a or b for a, b in _MISSING_HEADER.findall(s.output)]

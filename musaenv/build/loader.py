@@ -19,7 +19,6 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -46,6 +45,7 @@ from musaenv.build.ext_cache import (
     sealed_failure,
     verified_module,
 )
+from musaenv.build.faults import FAULT_RULES, machine_fault, step_fault
 from musaenv.build.job import BuildReport, CompileJob, read_report
 from musaenv.build.warmup import start_background
 from musaenv.isolation.integrity import read_sealed, write_sealed
@@ -70,7 +70,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STALE_BUILD_AGE_S = 6 * 3600
-_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device", as compilers and the linker print it
 BUILD_MODES = ("fast", "pch", "torch")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
@@ -252,15 +251,16 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
             why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
             return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
-        if _DISK_FULL in build_log:  # the host's disk, not the candidate's sources (an RLIMIT_FSIZE kill is theirs)
-            msg = f"the disk filled during the build (not the candidate):\n{build_log}"
+        if rc < 0:  # the builder runs none of the candidate's code: a signal that ended it came from outside
+            msg = f"the builder was killed ({signal.Signals(-rc).name}) after its report (not the candidate)\n"
+            return BuildOutcome(False, name, log=msg + build_log, seconds=seconds, infra_error=True, extra=extra)
+        failed = not result or not result.ok or not (tmp / f"{name}.so").exists()
+        fault = _fault(build_log, result.steps if result else []) if failed else None
+        if fault is not None:  # OOM-killed compiler, full disk, no process table: retried, never sealed
+            msg = f"{fault} (not the candidate):\n{build_log}"
             return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
-        if rc != 0 or not result or not result.ok or not (tmp / f"{name}.so").exists():
-            if rc < 0:
-                build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
-                build_log += _tail(tmp / "builder.log")
-            elif result and "signal terminated program" not in build_log:  # a compiler verdict, not an OOM kill
-                seal_failure(final_dir, name, build_log)
+        if failed:  # a compiler that ran to completion and reported a diagnostic: the same sources fail the same way
+            seal_failure(final_dir, name, build_log, _producer(result, mode))
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
         so_path = install(tmp, name, final_dir)
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
@@ -317,7 +317,7 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
 
     verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
     cached = read_sealed(verdict, f"compile_only:{name}")
-    if cached:
+    if cached and cached.get("rules") == FAULT_RULES:  # sealed under another fault rule: judged again
         return BuildOutcome(
             bool(cached["ok"]),
             name,
@@ -344,11 +344,29 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
         return BuildOutcome(False, name, log=f"the compile-only check {why}", seconds=seconds, infra_error=True)
     log_text, extra = result.log, {"steps": result.steps}
     timed_out = "timed out" in log_text.lower() and not result.ok
-    if result.inconclusive or result.infra:  # e.g. a header this toolkit lacks: the machine cannot judge it
-        return BuildOutcome(False, name, log=log_text, seconds=seconds, infra_error=True, extra=extra)
+    fault = result.inconclusive or (None if result.ok else _fault(log_text, result.steps))
+    if fault or result.infra:  # a header this toolkit lacks, a killed compiler: the machine cannot judge it
+        why = f"{fault} (not the candidate)\n" if fault else ""
+        return BuildOutcome(False, name, log=why + log_text, seconds=seconds, infra_error=True, extra=extra)
     if not timed_out:
-        write_sealed(verdict, f"compile_only:{name}", {"ok": result.ok, "log": log_text, "extra": extra})
+        record = {"ok": result.ok, "log": log_text, "extra": extra, "rules": FAULT_RULES,
+                  "produced_by": _producer(result, "compile_only")}  # fmt: skip
+        write_sealed(verdict, f"compile_only:{name}", record)
     return BuildOutcome(result.ok, name, log=log_text, seconds=seconds, timed_out=timed_out, extra=extra)
+
+
+def _fault(log_text: str, steps: list[Any]) -> str | None:
+    """Why a failed build was the machine's (:mod:`musaenv.build.faults`), from its steps' exit codes or its output."""
+    return step_fault(s for s in steps if isinstance(s, dict)) or machine_fault(log_text)
+
+
+def _producer(result: BuildReport | None, mode: str) -> dict[str, Any]:
+    """What produced a sealed verdict: the toolchain, the build path, the commands and their exit codes."""
+    steps = [
+        {k: s.get(k) for k in ("name", "command", "returncode")} if isinstance(s, dict) else str(s)
+        for s in (result.steps if result else [])
+    ]
+    return {"toolchain": toolchain_fingerprint(), "mode": mode, "tier": result.tier if result else "", "steps": steps}
 
 
 def _write_job(tmp: Path, spec: BuildSpec, **job: Any) -> None:

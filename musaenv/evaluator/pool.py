@@ -109,6 +109,8 @@ class EvaluatorPool:
             however loaded the host (each stage ends itself first). A smaller value is a wall-clock cap of the
             caller's choosing: a busy host can turn an honest evaluation into that ``infra_error``.
         max_retries: Extra attempts for requests whose result is ``infra_error``.
+        retry_backoff_s: Wait before the first retry, doubled before each next one (at most 60 s): a host short of
+            memory or disk (a compiler the OOM killer took) gets time to recover instead of failing again at once.
         evaluator_factory: ``(backend, config, device_slot, worker_env) -> evaluator`` building the per-request
             evaluators (default :class:`~musaenv.evaluator.local.LocalEvaluator`); tests inject doubles here.
     """
@@ -123,6 +125,7 @@ class EvaluatorPool:
         request_timeout_s: float | None = None,
         max_retries: int = 1,
         evaluator_factory: Callable[..., Any] | None = None,
+        retry_backoff_s: float = 2.0,
     ) -> None:
         self.backend = backend if isinstance(backend, BackendInfo) else resolve_backend(backend)
         self.config = config or EvalConfig()
@@ -133,6 +136,7 @@ class EvaluatorPool:
         derived = request_backstop_s(self.config)
         self.request_timeout_s: float | None = derived if request_timeout_s is None else request_timeout_s
         self.max_retries = max_retries
+        self.retry_backoff_s = retry_backoff_s
         self._factory = evaluator_factory or _local_evaluator
         configure_builds(max_parallel=self.compile_workers)
         self._slots = {d: threading.Lock() for d in self.devices}
@@ -199,7 +203,9 @@ class EvaluatorPool:
         retries = 0
         while result.stage is Stage.INFRA_ERROR and retries < self.max_retries and not self._closed:
             retries += 1
-            log.warning("infra_error on %s, retry %d: %s", req.task.id, retries, result.messages[:1])
+            wait_s = min(60.0, self.retry_backoff_s * 2 ** (retries - 1))
+            log.warning("infra_error on %s, retry %d in %.0f s: %s", req.task.id, retries, wait_s, result.messages[:1])
+            time.sleep(wait_s)
             result = self._attempt(req)
         return result.replace(extra={**result.extra, "retries": retries}) if retries else result
 
