@@ -27,6 +27,7 @@ from typing import Any
 from musaenv.backends import BackendInfo, resolve_backend
 from musaenv.build.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
+from musaenv.errors import ConfigError
 from musaenv.evaluator.interrupt import interrupted, kill_running
 from musaenv.evaluator.progress import Progress
 from musaenv.isolation.limits import backstop_s
@@ -148,6 +149,7 @@ class EvaluatorPool:
         self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="musaenv-eval")
         self._shut, self._running = False, 0
         self._closed = False
+        self._usage_errors: set[str] = set()  # usage problems already logged (each once)
 
     def _new_evaluator(self) -> Any:
         with self._lock:
@@ -181,6 +183,15 @@ class EvaluatorPool:
             result: EvalResult = ev.evaluate(req.task, req.response, seed=req.seed)
             healthy = result.stage is not Stage.INFRA_ERROR
             return result
+        except ConfigError as e:  # a usage problem (a tier that cannot fit): said once, never a traceback per sample
+            healthy = True  # the evaluator is fine; the request is not
+            with self._lock:
+                first = str(e) not in self._usage_errors
+                self._usage_errors.add(str(e))
+            if first:
+                log.error("%s", e)
+            return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name, flags=("usage_error",),
+                              messages=(str(e),), policy=self.config.static_policy)  # fmt: skip
         except Exception as e:  # a harness bug or a dead process: the request still gets a result
             log.exception("evaluator failed on %s", req.task.id)
             return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name,
@@ -201,7 +212,12 @@ class EvaluatorPool:
     def _run_counted(self, req: EvalRequest) -> EvalResult:
         result = self._attempt(req)
         retries = 0
-        while result.stage is Stage.INFRA_ERROR and retries < self.max_retries and not self._closed:
+        while (
+            result.stage is Stage.INFRA_ERROR
+            and "usage_error" not in result.flags  # the same settings fail the same way
+            and retries < self.max_retries
+            and not self._closed
+        ):
             retries += 1
             wait_s = min(60.0, self.retry_backoff_s * 2 ** (retries - 1))
             log.warning("infra_error on %s, retry %d in %.0f s: %s", req.task.id, retries, wait_s, result.messages[:1])
