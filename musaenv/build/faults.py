@@ -68,13 +68,20 @@ def machine_fault(text: str) -> str | None:
 
 
 def step_fault(steps: Iterable[Mapping[str, Any]]) -> str | None:
-    """Why one of a build's steps (``{"name", "returncode", ...}`` records) was ended by the machine, or ``None``.
+    """Why one of a build's steps (``{"name", "returncode", "timed_out", "note"}`` records) was ended by the machine,
+    or ``None``.
 
-    A step's process killed by a foreign signal has a negative exit code; a step the build service killed itself
-    (time limit, another step failed first) has none, and is not counted here.
+    A step's process killed by a foreign signal has a negative exit status; one that ran its compiler through a shell
+    (nvcc runs cicc and ptxas through ``sh -c``) exits with 128 + the signal (137 for SIGKILL), the shell printing
+    ``Killed``. A step the build service ended itself (its time limit, or another step failed first: ``stopped``
+    in its note) was killed by us, and is not counted here.
     """
+    foreign = {int(x) for x in _FOREIGN_SIGNALS}
     for s in steps:
         rc = s.get("returncode")
-        if isinstance(rc, int) and rc < 0 and -rc in {int(x) for x in _FOREIGN_SIGNALS}:
-            return f"the {s.get('name', 'build')} step was killed from outside ({signal.Signals(-rc).name})"
+        if not isinstance(rc, int) or s.get("timed_out") or "stopped" in str(s.get("note", "")):
+            continue
+        sig = -rc if rc < 0 else rc - 128 if rc > 128 else 0
+        if sig in foreign:
+            return f"the {s.get('name', 'build')} step was killed from outside ({signal.Signals(sig).name})"
     return None

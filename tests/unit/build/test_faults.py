@@ -48,6 +48,10 @@ def test_a_step_killed_by_a_foreign_signal_is_a_fault() -> None:
     assert step_fault([{"name": "cpp", "returncode": -9}]) == "the cpp step was killed from outside (SIGKILL)"
     assert step_fault([{"name": "cpp", "returncode": -11}, {"name": "cuda", "returncode": 1}]) is None
     assert step_fault([{"name": "cuda", "returncode": None}]) is None  # killed by the build service itself
+    # nvcc whose cicc (run through sh) the OOM killer took in a 1.5 GB memory cgroup: the shell's "Killed", exit 137.
+    assert step_fault([{"name": "cuda", "returncode": 137}]) == "the cuda step was killed from outside (SIGKILL)"
+    stopped = {"name": "cpp", "returncode": -9, "note": "stopped: the cuda step failed first"}
+    assert step_fault([stopped, {"name": "cuda", "returncode": 1}]) is None  # our own kill of the other step
 
 
 def test_a_failure_sealed_under_another_rule_is_built_again(tmp_path: Path) -> None:
