@@ -20,7 +20,7 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["PeakMeter", "candidate_budget_mb", "host_share_mb", "status_mb"]
+__all__ = ["PeakMeter", "candidate_budget_mb", "host_share_mb", "oom_kills", "status_mb"]
 
 
 def status_mb(pid: int, field: str) -> float | None:
@@ -29,6 +29,18 @@ def status_mb(pid: int, field: str) -> float | None:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def oom_kills() -> int | None:
+    """Processes the kernel's OOM killer has killed since boot (``oom_kill`` of ``/proc/vmstat``, Linux >= 4.13);
+    ``None`` when unreadable. A worker SIGKILLed while it rose was most likely taken by the OOM killer."""
+    try:
+        for line in Path("/proc/vmstat").read_text().splitlines():
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return None
