@@ -8,6 +8,11 @@
   layout), with ``--tasks`` pointing at a KernelBench checkout (or its ``KernelBench/`` folder), where problem P of
   level L is the file ``level{L}/{P}_<name>.py``. Other files in the folder are ignored.
 
+Both give a problem file the same task: derived shapes (:func:`musaenv.tasks.external.load_external`, so the CPU
+tier fits a CPU backend) and its level from the checkout's ``level<N>`` folder. With ``--tasks``, a JSONL's task
+paths are also looked up in the checkout, and a file outside a ``level<N>`` folder whose source is one of the
+checkout's problems gets that problem's level (else its nearest ``level<N>`` folder, else 1).
+
 Every task is resolved before anything is evaluated, so a typo fails in a second, not after hours.
 """
 
@@ -16,13 +21,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from musaenv.errors import MusaEnvError, TaskLoadError
 from musaenv.tasks.builtin import get_task
-from musaenv.tasks.task import Task, load_task_file
+from musaenv.tasks.task import Task, level_of, load_task_file
 
 __all__ = ["Sample", "load_generations", "response_digest"]
 
@@ -80,14 +85,14 @@ def load_generations(path: str | Path, tasks_root: str | Path | None = None) -> 
             )
         samples = _kernelbench_folder(p, Path(tasks_root))
     elif p.is_file():
-        samples = _jsonl(p)
+        samples = _jsonl(p, None if tasks_root is None else _checkout(Path(tasks_root)))
     else:
         raise MusaEnvError(f"generations not found: {p} is neither a JSONL file nor a folder")
     _check_unique(samples)
     return samples
 
 
-def _jsonl(path: Path) -> list[Sample]:
+def _jsonl(path: Path, checkout: Path | None = None) -> list[Sample]:
     rows: list[tuple[int, dict[str, Any]]] = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -109,7 +114,7 @@ def _jsonl(path: Path) -> list[Sample]:
     for lineno, row in rows:
         key = row["task"]
         if key not in resolved:
-            resolved[key] = _resolve(key, path.parent, f"{path}:{lineno}")
+            resolved[key] = _with_checkout_level(_resolve(key, path.parent, f"{path}:{lineno}", checkout), checkout)
         sample = row.get("sample")
         if sample is None:
             sample = numbered.get(key, 0)
@@ -121,21 +126,53 @@ def _jsonl(path: Path) -> list[Sample]:
     return samples
 
 
-def _resolve(key: str, base: Path, where: str) -> Task:
-    """A built-in id, or a KernelBench-format file relative to the working directory or to ``base``."""
+def _resolve(key: str, base: Path, where: str, checkout: Path | None = None) -> Task:
+    """A built-in id, or a KernelBench-format file relative to the working directory, to ``base`` or to the
+    KernelBench ``checkout``."""
     target = key
-    if not Path(key).is_absolute() and not Path(key).exists() and (base / key).exists():
-        target = str(base / key)
+    if not Path(key).is_absolute() and not Path(key).exists():
+        target = next((str(b / key) for b in (base, checkout) if b is not None and (b / key).exists()), key)
     try:
         return get_task(target)
     except TaskLoadError as e:
         raise MusaEnvError(f"{where}: task {key!r}: {e}") from None
 
 
-def _kernelbench_folder(folder: Path, tasks_root: Path) -> list[Sample]:
+def _checkout(tasks_root: Path) -> Path:
+    """The folder holding ``level1/``... of a KernelBench checkout (or that folder itself)."""
     root = tasks_root / "KernelBench" if (tasks_root / "KernelBench").is_dir() else tasks_root
     if not root.is_dir():
         raise MusaEnvError(f"--tasks {tasks_root}: not a folder (expected a KernelBench checkout with level1/ ...)")
+    return root
+
+
+def _with_checkout_level(task: Task, checkout: Path | None) -> Task:
+    """``task`` with the level of the checkout's problem that has its source (a copy outside ``level<N>``)."""
+    if checkout is None or not task.path:
+        return task
+    levels = _checkout_levels(checkout)
+    level = levels.get(hashlib.sha256(task.source.encode()).hexdigest())
+    return task if level is None or level == task.level else replace(task, level=level)
+
+
+_LEVELS: dict[Path, dict[str, int]] = {}
+
+
+def _checkout_levels(checkout: Path) -> dict[str, int]:
+    """sha256 of each problem file's source -> its level (``level<N>`` folders of the checkout), read once."""
+    if checkout not in _LEVELS:
+        found: dict[str, int] = {}
+        for f in sorted(checkout.glob("level*/*.py")):
+            try:
+                found.setdefault(hashlib.sha256(f.read_text(encoding="utf-8").encode()).hexdigest(), level_of(f))
+            except (OSError, UnicodeDecodeError):
+                continue
+        _LEVELS[checkout] = found
+    return _LEVELS[checkout]
+
+
+def _kernelbench_folder(folder: Path, tasks_root: Path) -> list[Sample]:
+    root = _checkout(tasks_root)
     found = sorted(
         (tuple(int(g) for g in m.groups()), f)
         for f in folder.iterdir()
@@ -165,8 +202,10 @@ def _kernelbench_problem(root: Path, level: int, problem: int) -> Task:
         raise MusaEnvError(
             f"level {level} problem {problem}: expected one file {level_dir}/{problem}_<name>.py, found {found}"
         )
-    try:
-        return load_task_file(matches[0], task_id=f"level{level}/{matches[0].stem}", level=level)
+    try:  # derived shapes, as a JSONL row naming the same file gets (get_task)
+        from musaenv.tasks.external import derive_task
+
+        return derive_task(load_task_file(matches[0], task_id=f"level{level}/{matches[0].stem}", level=level))
     except TaskLoadError as e:
         raise MusaEnvError(str(e)) from None
 

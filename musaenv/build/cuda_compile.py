@@ -39,6 +39,7 @@ from typing import IO, Any
 
 from musaenv import _env
 from musaenv.build.cuda_link import judge_link, link_plan, missing_module_init
+from musaenv.build.faults import confirmed_fault, oom_kill_count, oom_rose
 from musaenv.errors import BackendUnavailableError
 
 __all__ = ["CHECK_VERSION", "CompileCheck", "cuda_compile_check"]
@@ -321,13 +322,19 @@ def _compose_log(steps: list[_Step], passed: set[str]) -> str:
     return "\n".join(parts)
 
 
-def _inconclusive(steps: list[_Step], cuda_home: Path) -> str | None:
-    """Reason when every failure is a header missing from this machine's CUDA toolkit, or the host stalled a step
-    (its wall-clock backstop ran out while it used less than its CPU seconds)."""
+def _inconclusive(steps: list[_Step], cuda_home: Path, oom_during: bool = False) -> str | None:
+    """Reason when every failure is a header missing from this machine's CUDA toolkit, the host stalled a step
+    (its wall-clock backstop ran out while it used less than its CPU seconds), or the machine ended one
+    (:func:`musaenv.build.faults.confirmed_fault`: its exit status, or a kill it reports that the kernel's OOM-kill
+    count confirms, ``oom_during``; never the output alone, which the candidate's source can write)."""
     stalled = [s.name for s in steps if s.host_stalled]
     if stalled:
         return f"the host was too slow: {stalled} ran past the wall-clock backstop within their CPU seconds"
     failed = [s for s in steps if s.returncode != 0 and not s.stopped]  # a stopped step did not fail by itself
+    for s in failed:  # killed from outside, a full disk, no process could start: the machine's (build/faults.py)
+        fault = None if s.timed_out else confirmed_fault(s.output, [s.record()], oom_during)
+        if fault is not None:
+            return f"{fault}; the candidate was not judged"
     missing: list[str] = []
     for s in failed:
         headers = [a or b for a, b in _MISSING_HEADER.findall(s.output)]
@@ -386,6 +393,7 @@ def cuda_compile_check(
     from musaenv.isolation.limits import backstop_s
 
     started = time.monotonic()
+    oom_before = oom_kill_count()
     deadline = started + backstop_s(timeout_s)  # the steps count CPU seconds (cpu_limit_s); this is the backstop
     build = Path(tempfile.mkdtemp(prefix="musaenv-cc-"))
     try:
@@ -410,7 +418,9 @@ def cuda_compile_check(
         log=_compose_log(steps, passed),
         seconds=round(seconds, 3),
         steps=tuple(s.record() for s in steps),
-        inconclusive=None if ok else _inconclusive([s for s in steps if s.name not in passed], cuda_home),
+        inconclusive=None
+        if ok
+        else _inconclusive([s for s in steps if s.name not in passed], cuda_home, oom_rose(oom_before)),
     )
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from musaenv._env import ext_cache_root
+from musaenv.build.faults import FAULT_RULES
 from musaenv.isolation.integrity import file_sha256, read_sealed, write_sealed
 
 __all__ = ["entry_lock", "export_artifact", "import_artifact", "install", "sealed_failure", "verified_module"]
@@ -64,18 +65,23 @@ def entry_lock(entry: Path, how: int) -> Iterator[None]:
 FAILURE_EPOCH = 2
 
 
-def seal_failure(final_dir: Path, name: str, log: str) -> None:
-    """Seal ``log`` as the compile error of ``name`` (the same sources fail the same way)."""
-    write_sealed(final_dir / "failed.json", "ext_failed", {"name": name, "log": log, "epoch": FAILURE_EPOCH})
+def seal_failure(final_dir: Path, name: str, log: str, produced_by: dict[str, Any] | None = None) -> None:
+    """Seal ``log`` as the compile error of ``name`` (the same sources fail the same way).
+
+    The record carries the fault rule it was judged under (:data:`musaenv.build.faults.FAULT_RULES`) and what
+    produced it (toolchain, build path, commands and exit codes): one of another rule is built again.
+    """
+    record = {"name": name, "log": log, "epoch": FAILURE_EPOCH, "rules": FAULT_RULES, "produced_by": produced_by or {}}
+    write_sealed(final_dir / "failed.json", "ext_failed", record)
 
 
 def sealed_failure(root: Path, name: str) -> str | None:
     """The compiler output of a sealed compile error of ``name``; ``None`` when there is none (or of another
-    :data:`FAILURE_EPOCH`)."""
+    :data:`FAILURE_EPOCH` or fault rule)."""
     failed = read_sealed(root / name / "failed.json", "ext_failed")
-    if failed and failed.get("name") == name and failed.get("epoch") == FAILURE_EPOCH:
-        return str(failed.get("log", ""))
-    return None
+    if not failed or (failed.get("epoch"), failed.get("rules")) != (FAILURE_EPOCH, FAULT_RULES):
+        return None
+    return str(failed.get("log", "")) if failed.get("name") == name else None
 
 
 def export_artifact(name: str, root: Path | None = None) -> dict[str, Any] | None:
@@ -87,7 +93,7 @@ def export_artifact(name: str, root: Path | None = None) -> dict[str, Any] | Non
     if so_path is not None:
         return {"name": name, "so": so_path.read_bytes()}
     failed = sealed_failure(root, name)
-    return None if failed is None else {"name": name, "failed": failed}
+    return None if failed is None else {"name": name, "failed": failed, "rules": FAULT_RULES}
 
 
 def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
@@ -110,8 +116,8 @@ def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
         write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
         os.replace(staged, final_dir / f"{name}.so")
         return True
-    if isinstance(artifact.get("failed"), str):
-        seal_failure(final_dir, name, artifact["failed"])
+    if isinstance(artifact.get("failed"), str) and artifact.get("rules") == FAULT_RULES:  # judged under this rule
+        seal_failure(final_dir, name, artifact["failed"], {"shipped": True})
         return True
     return False
 

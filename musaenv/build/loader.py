@@ -19,7 +19,6 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from musaenv.build.ext_cache import (
     sealed_failure,
     verified_module,
 )
+from musaenv.build.faults import FAULT_RULES, confirmed_fault, oom_kill_count, oom_rose, reads_like_fault
 from musaenv.build.job import BuildReport, CompileJob, read_report
 from musaenv.build.pch import retire_headers
 from musaenv.build.warmup import start_background
@@ -71,7 +72,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STALE_BUILD_AGE_S = 6 * 3600
-_DISK_FULL = os.strerror(errno.ENOSPC)  # "No space left on device": a log saying so is never cached, never infra
 BUILD_MODES = ("fast", "pch", "torch")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
@@ -199,7 +199,7 @@ def build_extension(
     name = spec.name
     start = time.perf_counter()
     if spec.compile_only:
-        return _compile_only(spec, name, root / name, timeout_s, start)
+        return _again_if_fault_text(lambda: _compile_only(spec, name, root / name, timeout_s, start))
     hit = _cache_lookup(root, name, start)
     if hit is not None:
         return hit
@@ -208,11 +208,23 @@ def build_extension(
         if hit is not None:
             return hit
         try:
-            return _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start)
+            return _again_if_fault_text(lambda: _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start))
         except OSError as e:  # an unwritable or full cache: the machine's problem, said plainly, never a verdict
             msg = f"the build cache {root} cannot be written ({e}); set MUSAENV_CACHE_DIR to a writable directory"
             log.error("%s", msg)
             return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
+
+
+def _again_if_fault_text(build: Callable[[], BuildOutcome]) -> BuildOutcome:
+    """``build()``, run once more when it failed with output that reads like a machine fault the machine could not
+    confirm (:func:`musaenv.build.faults.reads_like_fault`; a kill an operator sent leaves no trace but the
+    compiler driver's words). A real kill seldom strikes twice in a row; text the candidate's source prints comes
+    back every time, and then stays its compile error (never sealed). Costs a forger one more build, nothing else."""
+    outcome = build()
+    if outcome.ok or outcome.infra_error or outcome.cached or not reads_like_fault(outcome.log):
+        return outcome
+    log.warning("build %s failed with output that reads like a machine fault; building it once more", outcome.name)
+    return build()  # its seconds count from the first attempt's start
 
 
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
@@ -232,7 +244,9 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
     try:
         _write_job(tmp, spec, name=name, build_mode=mode, timeout_s=timeout_s)
         _prime_flag_template()
+        oom_before = oom_kill_count()
         rc, over = _run_builder(tmp, timeout_s)
+        oom_during = oom_rose(oom_before)
         seconds = time.perf_counter() - start
         result = _read_report(tmp)
         if isinstance(result, str):  # a builder of another job version, or a report that is no report
@@ -255,14 +269,17 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
             why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
             return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
-        if rc != 0 or not result or not result.ok or not (tmp / f"{name}.so").exists():
-            if rc < 0:
-                build_log = f"the builder died with signal {signal.Signals(-rc).name} (while loading the module)\n"
-                build_log += _tail(tmp / "builder.log")
-            elif result and "signal terminated program" not in build_log and _DISK_FULL not in build_log:
-                # a compiler verdict, cached: not an OOM kill, nor a log that reads like a full disk (the builder's own
-                # write decides that, as infra; a candidate printing it gets its compile error, only never cached)
-                seal_failure(final_dir, name, build_log)
+        if rc < 0:  # the builder runs none of the candidate's code: a signal that ended it came from outside
+            msg = f"the builder was killed ({signal.Signals(-rc).name}) after its report (not the candidate)\n"
+            return BuildOutcome(False, name, log=msg + build_log, seconds=seconds, infra_error=True, extra=extra)
+        failed = not result or not result.ok or not (tmp / f"{name}.so").exists()
+        fault = _fault(build_log, result.steps if result else [], oom_during) if failed else None
+        if fault is not None:  # a compiler killed from outside, by its exit status or the kernel's count: retried
+            msg = f"{fault} (not the candidate):\n{build_log}"
+            return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
+        if failed and not reads_like_fault(build_log):  # a compiler's diagnostic: the same sources fail the same way
+            seal_failure(final_dir, name, build_log, _producer(result, mode))
+        if failed:  # text that reads like a fault, unconfirmed: the candidate's compile error, never sealed
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
         so_path = install(tmp, name, final_dir)
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
@@ -319,7 +336,7 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
 
     verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
     cached = read_sealed(verdict, f"compile_only:{name}")
-    if cached:
+    if cached and cached.get("rules") == FAULT_RULES:  # sealed under another fault rule: judged again
         return BuildOutcome(
             bool(cached["ok"]),
             name,
@@ -333,7 +350,9 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
     try:  # the compilers run confined, like every build (musaenv.isolation.build_jail)
         _write_job(tmp, spec, name=name, build_mode=_SETTINGS.mode, timeout_s=timeout_s)  # the split's caches too
         # Each step bounds itself; this is a backstop. A split build that fails leaves the full check its own limit.
+        oom_before = oom_kill_count()
         rc, over = _run_builder(tmp, 2 * timeout_s + 60)
+        oom_during = oom_rose(oom_before)
         killed = over is not None
         result = _read_report(tmp)
         if isinstance(result, BuildReport) and result.wanted and not killed:  # headers the split build went without
@@ -348,11 +367,30 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
         return BuildOutcome(False, name, log=f"the compile-only check {why}", seconds=seconds, infra_error=True)
     log_text, extra = result.log, {"steps": result.steps}
     timed_out = "timed out" in log_text.lower() and not result.ok
-    if result.inconclusive or result.infra:  # e.g. a header this toolkit lacks: the machine cannot judge it
-        return BuildOutcome(False, name, log=log_text, seconds=seconds, infra_error=True, extra=extra)
-    if not timed_out:
-        write_sealed(verdict, f"compile_only:{name}", {"ok": result.ok, "log": log_text, "extra": extra})
+    fault = result.inconclusive or (None if result.ok else _fault(log_text, result.steps, oom_during))
+    if fault or result.infra:  # a header this toolkit lacks, a killed compiler: the machine cannot judge it
+        why = f"{fault} (not the candidate)\n" if fault else ""
+        return BuildOutcome(False, name, log=why + log_text, seconds=seconds, infra_error=True, extra=extra)
+    if not timed_out and not (not result.ok and reads_like_fault(log_text)):  # unconfirmed fault text: unsealed
+        record = {"ok": result.ok, "log": log_text, "extra": extra, "rules": FAULT_RULES,
+                  "produced_by": _producer(result, "compile_only")}  # fmt: skip
+        write_sealed(verdict, f"compile_only:{name}", record)
     return BuildOutcome(result.ok, name, log=log_text, seconds=seconds, timed_out=timed_out, extra=extra)
+
+
+def _fault(log_text: str, steps: list[Any], oom_during: bool) -> str | None:
+    """Why a failed build was the machine's (:mod:`musaenv.build.faults`): its steps' exit statuses, or a kill its
+    output reports that the kernel's OOM-kill count confirms; never the output alone (the candidate can print it)."""
+    return confirmed_fault(log_text, (s for s in steps if isinstance(s, dict)), oom_during)
+
+
+def _producer(result: BuildReport | None, mode: str) -> dict[str, Any]:
+    """What produced a sealed verdict: the toolchain, the build path, the commands and their exit codes."""
+    steps = [
+        {k: s.get(k) for k in ("name", "command", "returncode")} if isinstance(s, dict) else str(s)
+        for s in (result.steps if result else [])
+    ]
+    return {"toolchain": toolchain_fingerprint(), "mode": mode, "tier": result.tier if result else "", "steps": steps}
 
 
 def _write_job(tmp: Path, spec: BuildSpec, **job: Any) -> None:

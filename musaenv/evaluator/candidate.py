@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
@@ -17,6 +18,7 @@ from musaenv.build.flags import check_spec_flags
 from musaenv.build.loader import BuildOutcome, BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
+from musaenv.evaluator.memory import oom_kills
 from musaenv.evaluator.pairing import Handoff, PairingError, RefSession, pair_calls
 from musaenv.evaluator.reference import recv_before
 from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
@@ -293,6 +295,12 @@ def _recv_within(worker: WorkerProcess, clock: StageClock) -> tuple[dict[str, An
             return over
 
 
+def _oom_killed(worker: WorkerProcess, before: int | None) -> bool:
+    """True when the worker died of SIGKILL while the kernel's OOM killer was killing (``/proc/vmstat``)."""
+    after = oom_kills()
+    return worker.poll() == -signal.SIGKILL and before is not None and after is not None and after > before
+
+
 def _ran_out(worker: WorkerProcess, run: CandidateRun, clock: StageClock, phase: str, why: str) -> CandidateRun:
     """End ``run`` at the limit ``why`` of ``clock`` (see :meth:`StageClock.over`): the worker is killed.
 
@@ -326,6 +334,7 @@ def _drive(
     untimed_free = request.device == "cpu"  # untimed CPU work runs beside other evaluations' timing
     held = False
     phase = "start"
+    oom_before = oom_kills()  # a SIGKILL while this rises is the host's OOM killer, not the candidate
     clock = StageClock(worker.pid, timeouts[phase])
     try:
         worker.chan.send(request.to_dict(), give_up=clock.over)
@@ -392,6 +401,8 @@ def _drive(
             stage = "infra_error" if phase == "start" else "runtime_error"  # "start": before the candidate's code
             if worker.server_died:  # it died with its fork server (killed from outside): a harness part, retried
                 stage, desc = "infra_error", f"{desc} (its fork server had ended)"
+            elif _oom_killed(worker, oom_before):  # the host ran out of memory: retried, never the candidate's
+                stage, desc = "infra_error", f"{desc}: the kernel's OOM killer ended processes meanwhile (host memory)"
             run.failure = (stage, f"{desc} during the {phase} stage" + (f"\n{tail}" if tail else ""))
             return run
         except (ProtocolError, KeyError, TypeError, ValueError) as e:

@@ -16,6 +16,7 @@ from musaenv import _env
 from musaenv.backends import BackendInfo, resolve_backend
 from musaenv.build.loader import sweep_stale_builds
 from musaenv.config import EvalConfig
+from musaenv.errors import ConfigError
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.memory import candidate_budget_mb, status_mb
 from musaenv.evaluator.pairing import RefSession
@@ -244,14 +245,33 @@ class LocalEvaluator:
         if task.source_hash in self._broken_tasks:  # its reference failed before: no worker, no candidate verdict
             why = self._broken_tasks[task.source_hash]
             raise _Early(base.replace(stage=Stage.INFRA_ERROR, flags=("task_inputs",), messages=(why,)))
-        # Memory guard (a usage error, before anything is drawn): derived tasks know their bytes per call.
-        sets = self.config.num_trials + (plan_pool(self.config) if self.backend.device == "cpu" else 1)
-        check_memory(task, self.tier, self.config.sandbox.address_space_mb, sets)
-        plan = make_plan(task, self.tier, self.config, seed)
+        plan = make_plan(task, self._tier_for(task), self.config, seed)
         timing = self._timing_request(plan)
         if not self.backend.compile_only:
             self._reference.prepare(task, plan, timing)  # its inputs drawn while the candidate runs
         return plan, timing
+
+    def _tier_for(self, task: Task) -> str:
+        """The tier this task's inputs are drawn at, after the memory guard (a usage error, before anything is drawn;
+        derived tasks know their bytes per call).
+
+        Compile-only evaluations draw no inputs: no guard. A GPU tier chosen by ``tier="auto"`` whose inputs cannot
+        fit the worker falls back to the CPU tier (derived to fit); a tier the user chose is refused with the flag
+        that fixes it (:func:`~musaenv.tasks.external.check_memory`).
+        """
+        if self.backend.compile_only:
+            return self.tier
+        sets = self.config.num_trials + (plan_pool(self.config) if self.backend.device == "cpu" else 1)
+        limit = self.config.sandbox.address_space_mb
+        try:
+            check_memory(task, self.tier, limit, sets)
+        except ConfigError as e:
+            if self.config.tier != "auto" or self.tier == "cpu" or "cpu" not in task.footprint_bytes:
+                raise
+            check_memory(task, "cpu", limit, sets)  # still too large: that message, naming the cpu tier, stands
+            log.warning("task %s: the gpu tier does not fit this worker, using the cpu tier (%s)", task.id, e)
+            return "cpu"
+        return self.tier
 
     def _run_in_worker(self, task: Task, code: str, plan: EvalPlan, base: EvalResult) -> CandidateRun:
         """Stage 4: the candidate in a fresh sandboxed worker, its builds served by the parent (:mod:`.candidate`)."""

@@ -20,7 +20,9 @@ import contextlib
 import os
 from pathlib import Path
 
-__all__ = ["PeakMeter", "candidate_budget_mb", "host_share_mb", "status_mb"]
+from musaenv.build.faults import oom_kill_count
+
+__all__ = ["PeakMeter", "candidate_budget_mb", "host_share_mb", "oom_kills", "status_mb"]
 
 
 def status_mb(pid: int, field: str) -> float | None:
@@ -32,6 +34,12 @@ def status_mb(pid: int, field: str) -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def oom_kills() -> int | None:
+    """Processes the kernel's OOM killer has killed since boot (:func:`musaenv.build.faults.oom_kill_count`);
+    ``None`` when unreadable. A worker SIGKILLed while it rose was most likely taken by the OOM killer."""
+    return oom_kill_count()
 
 
 def host_share_mb() -> int:

@@ -27,6 +27,7 @@ from typing import Any
 from musaenv.backends import BackendInfo, resolve_backend
 from musaenv.build.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
+from musaenv.errors import ConfigError
 from musaenv.evaluator.interrupt import interrupted, kill_running
 from musaenv.evaluator.progress import Progress
 from musaenv.isolation.limits import backstop_s
@@ -109,6 +110,8 @@ class EvaluatorPool:
             however loaded the host (each stage ends itself first). A smaller value is a wall-clock cap of the
             caller's choosing: a busy host can turn an honest evaluation into that ``infra_error``.
         max_retries: Extra attempts for requests whose result is ``infra_error``.
+        retry_backoff_s: Wait before the first retry, doubled before each next one (at most 60 s): a host short of
+            memory or disk (a compiler the OOM killer took) gets time to recover instead of failing again at once.
         evaluator_factory: ``(backend, config, device_slot, worker_env) -> evaluator`` building the per-request
             evaluators (default :class:`~musaenv.evaluator.local.LocalEvaluator`); tests inject doubles here.
     """
@@ -123,6 +126,7 @@ class EvaluatorPool:
         request_timeout_s: float | None = None,
         max_retries: int = 1,
         evaluator_factory: Callable[..., Any] | None = None,
+        retry_backoff_s: float = 2.0,
     ) -> None:
         self.backend = backend if isinstance(backend, BackendInfo) else resolve_backend(backend)
         self.config = config or EvalConfig()
@@ -133,6 +137,7 @@ class EvaluatorPool:
         derived = request_backstop_s(self.config)
         self.request_timeout_s: float | None = derived if request_timeout_s is None else request_timeout_s
         self.max_retries = max_retries
+        self.retry_backoff_s = retry_backoff_s
         self._factory = evaluator_factory or _local_evaluator
         configure_builds(max_parallel=self.compile_workers)
         self._slots = {d: threading.Lock() for d in self.devices}
@@ -144,6 +149,7 @@ class EvaluatorPool:
         self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="musaenv-eval")
         self._shut, self._running = False, 0
         self._closed = False
+        self._usage_errors: set[str] = set()  # usage problems already logged (each once)
 
     def _new_evaluator(self) -> Any:
         with self._lock:
@@ -177,6 +183,15 @@ class EvaluatorPool:
             result: EvalResult = ev.evaluate(req.task, req.response, seed=req.seed)
             healthy = result.stage is not Stage.INFRA_ERROR
             return result
+        except ConfigError as e:  # a usage problem (a tier that cannot fit): said once, never a traceback per sample
+            healthy = True  # the evaluator is fine; the request is not
+            with self._lock:
+                first = str(e) not in self._usage_errors
+                self._usage_errors.add(str(e))
+            if first:
+                log.error("%s", e)
+            return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name, flags=("usage_error",),
+                              messages=(str(e),), policy=self.config.static_policy)  # fmt: skip
         except Exception as e:  # a harness bug or a dead process: the request still gets a result
             log.exception("evaluator failed on %s", req.task.id)
             return EvalResult(Stage.INFRA_ERROR, task_id=req.task.id, backend=self.backend.name,
@@ -197,9 +212,16 @@ class EvaluatorPool:
     def _run_counted(self, req: EvalRequest) -> EvalResult:
         result = self._attempt(req)
         retries = 0
-        while result.stage is Stage.INFRA_ERROR and retries < self.max_retries and not self._closed:
+        while (
+            result.stage is Stage.INFRA_ERROR
+            and "usage_error" not in result.flags  # the same settings fail the same way
+            and retries < self.max_retries
+            and not self._closed
+        ):
             retries += 1
-            log.warning("infra_error on %s, retry %d: %s", req.task.id, retries, result.messages[:1])
+            wait_s = min(60.0, self.retry_backoff_s * 2 ** (retries - 1))
+            log.warning("infra_error on %s, retry %d in %.0f s: %s", req.task.id, retries, wait_s, result.messages[:1])
+            time.sleep(wait_s)
             result = self._attempt(req)
         return result.replace(extra={**result.extra, "retries": retries}) if retries else result
 

@@ -165,13 +165,21 @@ def base_result(
     )
 
 
+def _infra_message(log_text: str) -> str:
+    """The message of a build the machine could not judge: its first line names why (a header this machine lacks,
+    a compiler killed from outside, a full disk), so the user is not left with "the build service failed"."""
+    first = next((line.strip() for line in log_text.splitlines() if line.strip()), "")
+    first = first.replace(" (not the candidate)", "").rstrip(":")
+    return f"the build could not be judged on this machine (not the candidate): {first[:300]}"
+
+
 def early_verdict(run: CandidateRun, base: EvalResult, log_chars: int) -> EvalResult | None:
     """The verdict of a run that produced no outputs to compare (build service failure, refused build, a failed
     or cut-short worker, compile-only); ``None`` when the run's outputs must be compared."""
     if run.infra_log:
         return base.replace(
             stage=Stage.INFRA_ERROR,
-            messages=("the build service failed (not the candidate)",),
+            messages=(_infra_message(run.infra_log),),
             runtime_log=_truncate(run.infra_log, log_chars),
         )
     if run.binary_flags:  # the built module imports what the policy refuses: decided before anything ran

@@ -206,5 +206,6 @@ def check_memory(task: Task, tier: str, limit_mb: int, copies: int = 1) -> None:
             f"task {task.id!r}, tier {tier!r}: one evaluation holds about {need:,} bytes of inputs, outputs and "
             f"parameters ({max(known):,} per call, {copies} sets), more than the worker's address space limit of "
             f"{limit_mb << 20:,} bytes. Raise EvalConfig.sandbox.address_space_mb (0 = unlimited), pick the cpu tier "
-            "(EvalConfig(tier='cpu'), sizes derived to fit ShapeConfig.cpu_bytes), or lower the file's sizes."
+            "(add --tier cpu to musaenv eval/bench; EvalConfig(tier='cpu') in code; sizes derived to fit "
+            "ShapeConfig.cpu_bytes), or lower the file's sizes."
         )

@@ -17,7 +17,7 @@ from typing import Any
 
 from musaenv.errors import TaskLoadError
 
-__all__ = ["DEFAULT_TOLERANCES", "Shape", "Task", "load_task_dir", "load_task_file", "size_globals"]
+__all__ = ["DEFAULT_TOLERANCES", "Shape", "Task", "level_of", "load_task_dir", "load_task_file", "size_globals"]
 
 Shape = dict[str, Any]
 """Overrides of module-level size constants, e.g. ``{"batch_size": 16, "dim": 1024}``."""
@@ -31,6 +31,7 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 _LEVEL_RE = re.compile(r"level[_-]?(\d)", re.IGNORECASE)
+_LEVEL_DIR = re.compile(r"level[_-]?(\d+)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,18 @@ def _guess_dtype(source: str) -> str:
     return "float32"
 
 
+def level_of(path: str | Path) -> int:
+    """The KernelBench level of a file: its nearest ``level<N>`` folder (``runs/level3_x/KernelBench/level1/19.py``
+    is level 1), else any ``level<N>`` in its folder's path, else 1."""
+    parent = Path(path).parent
+    for part in reversed(parent.parts):
+        m = _LEVEL_DIR.fullmatch(part)
+        if m:
+            return int(m.group(1))
+    m = _LEVEL_RE.search(str(parent))
+    return int(m.group(1)) if m else 1
+
+
 def load_task_file(path: str | Path, task_id: str | None = None, level: int | None = None) -> Task:
     """Load one KernelBench-format ``.py`` file as a :class:`Task`.
 
@@ -177,8 +190,7 @@ def load_task_file(path: str | Path, task_id: str | None = None, level: int | No
         raise TaskLoadError(str(p), f"cannot read it: {e}") from None
     _check_reference(str(p), source)
     if level is None:
-        m = _LEVEL_RE.search(str(p.parent))
-        level = int(m.group(1)) if m else 1
+        level = level_of(p)
     dtype = _guess_dtype(source)
     atol, rtol = DEFAULT_TOLERANCES[dtype]
     return Task(

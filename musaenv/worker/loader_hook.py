@@ -26,18 +26,24 @@ from musaenv.build.buildspec import BuildSpec
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, BuildResult
 
-__all__ = ["BuildFailedError", "BuildState", "KernelCalls", "install_loader_hook"]
+__all__ = ["BuildFailedError", "BuildState", "DeviceAbsentError", "KernelCalls", "install_loader_hook"]
 
 
 class BuildFailedError(ImportError):
     """The candidate's extension did not build or load; the message carries the compiler output."""
 
 
+class DeviceAbsentError(RuntimeError):
+    """A compiled-only extension was used: its device is not on this machine (compile-only evaluations)."""
+
+
 class CompiledOnlyModule(types.ModuleType):
-    """Stands for an extension compiled for a device that is not here: any use raises."""
+    """Stands for an extension compiled for a device that is not here: any use raises :class:`DeviceAbsentError`."""
 
     def __getattr__(self, item: str) -> Any:
-        raise RuntimeError(f"extension {self.__name__} was compiled for a device that is not present; not runnable")
+        raise DeviceAbsentError(
+            f"extension {self.__name__} was compiled for a device that is not present; not runnable"
+        )
 
 
 CallHook = Callable[[int, tuple[Any, ...], dict[str, Any], Any], None]

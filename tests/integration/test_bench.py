@@ -140,6 +140,17 @@ def test_bench_kernelbench_generations_folder(tmp_path: Path) -> None:
     assert rows[0]["file"] == "level_1_problem_1_sample_0_kernel.py"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pass_at_k"] == {"1": 0.5, "2": 1.0} and summary["by_level"]["1"]["samples"] == 2
+    # The same samples as a JSONL naming the problem file: the same tasks (derived shapes), verdicts and scores.
+    ref = KB_MINI / "level1" / "1_Small_ReLU.py"
+    jsonl = tmp_path / "same.jsonl"
+    jsonl.write_text("".join(json.dumps({"task": str(ref), "sample": r["sample"], "response": (gens / r["file"])
+                                         .read_text()}) + "\n" for r in rows))  # fmt: skip
+    assert main(["bench", str(jsonl), "--out", str(tmp_path / "out_jsonl"), *FAST]) == 0
+    again = sorted(_rows(tmp_path / "out_jsonl"), key=lambda r: r["sample"])
+    assert [(r["result"]["stage"], r["level"], r["score"]) for r in again] == [
+        (r["result"]["stage"], r["level"], r["score"]) for r in rows
+    ], again
+    assert [r["result"]["trials_total"] for r in again] == [r["result"]["trials_total"] for r in rows]
 
 
 @pytest.mark.slow

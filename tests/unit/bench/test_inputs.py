@@ -97,3 +97,27 @@ def test_kernelbench_folder_errors_name_the_fix(tmp_path: Path) -> None:
         load_generations(empty, KB_MINI)
     with pytest.raises(MusaEnvError, match="not found"):
         load_generations(tmp_path / "missing.jsonl")
+
+
+def test_folder_mode_gives_the_tasks_a_jsonl_of_the_same_files_gives(tmp_path: Path) -> None:
+    folder = load_generations(_kb_folder(tmp_path), KB_MINI)
+    files = [KB_MINI / "level1" / "1_Small_ReLU.py", KB_MINI / "level1" / "1_Small_ReLU.py",
+             KB_MINI / "level2" / "7_Small_Scale_ReLU.py"]  # fmt: skip
+    rows = [{"task": str(f), "response": s.response} for f, s in zip(files, folder)]
+    jsonl = load_generations(_jsonl(tmp_path / "gen.jsonl", rows))
+    for a, b in zip(folder, jsonl):  # derived shapes in both modes (no longer the file's own sizes in one)
+        assert (a.task.shapes, a.task.footprint_bytes, a.task.level) == (b.task.shapes, b.task.footprint_bytes,
+                                                                         b.task.level)  # fmt: skip
+        assert a.task.footprint_bytes
+
+
+def test_levels_come_from_the_nearest_level_folder_or_the_checkout(tmp_path: Path) -> None:
+    nested = tmp_path / "level3_runs" / "KernelBench" / "level2"
+    nested.mkdir(parents=True)
+    shutil.copy(KB_MINI / "level2" / "7_Small_Scale_ReLU.py", nested / "7.py")
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(KB_MINI / "level2" / "7_Small_Scale_ReLU.py", flat / "scale_relu.py")
+    f = _jsonl(tmp_path / "gen.jsonl", [{"task": str(nested / "7.py")}, {"task": str(flat / "scale_relu.py")}])
+    assert [s.task.level for s in load_generations(f)] == [2, 1]  # outside any level folder: 1
+    assert [s.task.level for s in load_generations(f, KB_MINI)] == [2, 2]  # the checkout's problem: level 2

@@ -47,3 +47,14 @@ def test_ballast_is_refused_once_the_reference_was_measured(ev: LocalEvaluator) 
     again = ev.evaluate(get_task("l1_relu"), honest, seed=3)  # the honest kernel fits its derived budget
     assert again.stage is Stage.CORRECT, again.to_dict()
     assert again.extra["memory"]["address_space_mb"] < 4096, again.extra["memory"]
+
+
+def test_oom_kills_reads_the_kernels_counter():
+    from pathlib import Path
+
+    from musaenv.evaluator.memory import oom_kills
+
+    if "oom_kill " not in Path("/proc/vmstat").read_text():
+        pytest.skip("this kernel does not count OOM kills (Linux < 4.13)")
+    n = oom_kills()
+    assert isinstance(n, int) and n >= 0
