@@ -11,6 +11,9 @@ MUSA mirrors the CUDA runtime with a ``musa`` prefix and keeps CUDA's kernel lan
 
 Porting is idempotent (``port(port(x)) == port(x)``). Where each mapping comes from, and which are
 certain or assumed, is in ``docs/musa.md``.
+
+Size: one concept, the CUDA-to-MUSA port: the C++ and Python rewriters share the identifier tables and the rewrite
+context; split by language, each half would import the other's tables.
 """
 # Kept whole (~420 lines): the rewrite rules are one pass over tokens; the rest is its ~35-line command
 # (``musaenv port``).

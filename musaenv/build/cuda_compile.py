@@ -14,6 +14,9 @@ Both compile steps run in parallel, each in its own process group that is killed
 other step failed (a kernel error does not wait for the C++ step); the link follows.
 Compiler and linker output comes back verbatim, failing steps first. Measured costs and what is and is not
 checked: ``docs/musa.md``.
+
+Size: the CUDA compile-only check in one place (commands, steps, logs, link, the inconclusive rules); it moves into
+a CUDA toolchain folder with issue 30 step 3.
 """
 # Kept whole for now (~455 lines): the step runner (_Step, _start, _finish, _run, _kill) is the seam for a module
 # of its own, but build/cuda_fast.py imports it from here and is edited on another branch: move it with them.
@@ -348,6 +351,7 @@ def _inconclusive(steps: list[_Step], cuda_home: Path, oom_during: bool = False)
 
 
 # Over 60 lines with its docstring (the code is ~35): set up, run the steps, link, judge; each a call already.
+# size: one sequence read top to bottom (toolkit, sources, commands, run, link, outcome); its steps are helpers.
 def cuda_compile_check(
     cpp_sources: Sequence[str] | str,
     cuda_sources: Sequence[str] | str,

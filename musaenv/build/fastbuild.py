@@ -33,6 +33,9 @@ one header in site-packages (see :mod:`musaenv.build.pch`); ccache keys on the w
 candidate never hits. The savings here come from choosing the translation units (the binding apart, shared per
 signature; a precompiled header per flag set in the cache), which no build tool decides for us. The compiler and
 its flags stay torch's.
+
+Size: the split tier's one build path (unit, binding objects, signatures, link); it moves into a C++ toolchain
+folder with issue 30 step 3.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
 * **CPU-second limit, wall-clock backstop.** The build runs in its own process session; the whole tree is killed
   when it used more than ``timeout_s`` CPU seconds (the candidate's ``compile_error``) or, failing that, at the
   wall-clock backstop of :func:`musaenv.isolation.limits.backstop_s` (a host too slow: ``infra_error``, retried).
+
+Size: the build service's entry point and its outcomes (cache lookup, confined builder, install, the fault rules
+applied); issue 30 step 3 makes it one short entry point over toolchains.
 """
 
 from __future__ import annotations

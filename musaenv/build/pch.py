@@ -20,6 +20,9 @@ renamed into place atomically, never while a candidate's build waits (:meth:`Pch
 at most it checks a header's text for a set of extensions, ~1 s; warm-up and background builds call
 :meth:`PchStore.build`). ~0.45 GB (types) or ~0.8 GB (extension) each; :data:`MAX_PCH_SETS` bounds how many keys get
 one.
+
+Size: the precompiled-header store (flag template, keys, builds under flock, checks, retirement) shares one locking
+discipline; its split into a C++ toolchain folder is issue 30 step 3.
 """
 
 from __future__ import annotations

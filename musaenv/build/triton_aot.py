@@ -18,6 +18,9 @@ that the interpreter runs can still fail to compile for a GPU (unsupported ops, 
 What it cannot see: anything that needs values (host code reading tensor data, ``.item()``, data-dependent
 grids) makes the check *inconclusive*, not failed; launch-time errors and wrong results need a GPU.
 Measured costs: ``docs/backends.md``.
+
+Size: the parent's side and the child's compile-only driver of one check; the child runs this module with -m, so
+both live in one importable file.
 """
 # Kept whole (~420 lines): the parent's check and the child it starts (``python -m musaenv.build.triton_aot``,
 # found by that name in evaluator/interrupt.py) share one request/result format; a split would move the child.

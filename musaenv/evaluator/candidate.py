@@ -1,4 +1,8 @@
-"""Drive one candidate worker from the parent: serve its builds, enforce per-stage deadlines, collect data."""
+"""Drive one candidate worker from the parent: serve its builds, enforce per-stage deadlines, collect data.
+
+Size: the parent's side of one candidate run (builds served, stages, the paired-timing hand-off, outcomes) around
+one state machine (_drive).
+"""
 
 from __future__ import annotations
 
@@ -314,8 +318,8 @@ def _ran_out(worker: WorkerProcess, run: CandidateRun, clock: StageClock, phase:
     return run
 
 
-# ~80 lines, kept whole: one loop over the worker's messages whose branches all update its state (phase, the
-# device slot held, the stage clock); split, that state would be passed around or hidden in an object.
+# size: ~100 lines, kept whole: one loop over the worker's messages whose branches all update its state (phase,
+# the device slot held, the stage clock, paired timing); split, that state would be passed around or hidden.
 def _drive(
     worker: WorkerProcess,
     request: CandidateRequest,

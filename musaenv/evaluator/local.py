@@ -1,4 +1,8 @@
-"""The default evaluator: candidates in fresh sandboxed worker processes, references in a clean one."""
+"""The default evaluator: candidates in fresh sandboxed worker processes, references in a clean one.
+
+Size: LocalEvaluator's stages as one orchestrator (plan, tier choice, reference, candidate, binary policy, verdict);
+tier and memory planning is the next piece to move out.
+"""
 # Kept whole (~410 lines): one class whose methods are the step's stages in order (docs/architecture.md);
 # split, the list a reader follows would be in two files.
 

@@ -31,6 +31,9 @@ path (builds are atomic renames, so concurrent writers are safe) and pass ``preb
 
 An actor that dies is replaced and its request retried; ``infra_error`` results are retried like in
 :class:`~musaenv.evaluator.pool.EvaluatorPool`. Requires ``pip install 'musaenv[ray]'``.
+
+Size: RayEvaluator and its actor pool: one concept (scheduling over a cluster) whose parts share Ray's handles and
+the starvation rules.
 """
 # Kept whole (~415 lines, a third of them this docstring): the actor pool and the evaluator share one set of
 # limits and one retry policy, and the bounded waits listed above are read best beside each other. The seam, if it

@@ -18,6 +18,9 @@ Why not :mod:`multiprocessing`'s ``forkserver`` start method: its server unpickl
 children start in multiprocessing's bootstrap (a pickled target and arguments, the resource tracker), and the server
 reaps exited children itself, so a pid can be reused while the parent may still signal it. Here a child must start
 with nothing but its three descriptors, its own session and working directory, and stay unreaped until released.
+
+Size: server and client of one protocol (fork requests, channels passed with SCM_RIGHTS), kept together so both
+sides change in one place.
 """
 # Kept whole (~415 lines): the server and its client are the two ends of one protocol (Spawn, ExitQuery,
 # Release); together, a change of one end is seen beside the other.

@@ -24,6 +24,9 @@ Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference wor
 Nested parts that another module owns and checks (a build spec: :class:`~musaenv.build.buildspec.BuildSpec`;
 a runtime report's body: :mod:`musaenv.verification.runtime`; trial and timing plans:
 :mod:`musaenv.evaluator.plan`) travel as JSON objects whose contents those modules validate.
+
+Size: every typed record that crosses the process boundary, in the one module both sides import (the protocol
+version lives with them).
 """
 
 from __future__ import annotations

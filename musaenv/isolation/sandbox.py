@@ -275,6 +275,7 @@ def _seccomp(guard: Any, cfg: SandboxConfig, processes: bool, exe: bool, steps: 
 
 
 # Over 60 lines with its docstring (the code is ~35): the measures in the one order they must be applied.
+# size: the layers in the order they must be applied, each a short call or record; split, the order would hide.
 def enter_sandbox(
     cfg: SandboxConfig,
     workdir: Path,

@@ -19,6 +19,9 @@ Rules (docs/tasks.md has the measured numbers behind the defaults):
   through a ladder of candidates (odd values first, then 3, 5, 7 times an odd value, then 2, 4, ... 32 times one),
   keeping the first the reference accepts *and* that changes the shapes of its inputs, outputs or parameters.
 * A tier left with one shape gets the warning ``single_shape`` (with the reason in :attr:`Derivation.notes`).
+
+Size: shape derivation of one task file (probe, scale, validate, cache) as one pipeline; its rule table already
+lives in shape_rules.py.
 """
 # Kept whole (~415 lines): one search (_Deriver) whose steps share its probe replies and state.
 

@@ -18,6 +18,8 @@ Decisions documented here:
   Thrust algorithms, CUTLASS/CuTe, cuBLAS(Lt), cuDNN, muBLAS, muDNN, MKL, oneDNN, (C)BLAS and Eigen are
   ``vendor_library``: an error under the strict policy, a warning under the permissive one.
 * Inline ``asm`` is a warning: PTX inline assembly is common in honest fast kernels.
+
+Size: data: the per-policy allow-lists of torch ops and C++ names, tables rather than logic.
 """
 # Kept whole (~465 lines): tables of names and their lookups, no other logic; one list per policy reads better
 # than a split by size.

@@ -1,8 +1,8 @@
 """The size rule of the house style (shared ARCHITECTURE.md): modules under ~400 lines, functions under ~60.
 
 A module or function over its limit is allowed only with its reason written at its top, where the next reader
-meets it: a line starting ``Size:`` in the module's docstring, or a ``# size:`` comment (or a ``Size:`` line in
-the docstring) within the first lines of the function. The reason says why the concept is one piece or where
+meets it: a line starting ``Size:`` in the module's docstring, or a ``# size:`` comment just above a function or
+within its first lines (or a ``Size:`` line in its docstring). The reason says why the concept is one piece or where
 its split is planned; a bare marker does not count.
 """
 
@@ -55,7 +55,9 @@ def _function_violations(path: Path) -> list[str]:
         n = node.end_lineno - node.lineno + 1
         if n <= MAX_FUNCTION_LINES:
             continue
-        head = "\n".join(lines[node.lineno - 1 : node.lineno + 12])  # signature, docstring start, first comments
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        # the comment block right above it, its signature, its docstring's start and first comments
+        head = "\n".join(lines[max(0, first - 4) : node.lineno + 12])
         doc = ast.get_docstring(node) or ""
         if _has_reason(head, "size:") or _has_reason(doc, "Size:"):
             continue
