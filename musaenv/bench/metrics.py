@@ -6,7 +6,10 @@
   code does, a k is reported only when every task has at least k samples.
 * **fast_p** (KernelBench, Ouyang et al. 2025): the fraction of all samples that are correct *and* faster than
   the baseline by more than p, i.e. speedup > p. fast_0 is the correctness rate (a correct sample that was not
-  timed counts for p = 0 only); p = 1.1 is MusaCoder's "faster rate".
+  timed counts for p = 0 only); p = 1.1 is MusaCoder's "faster rate". With paired timing (the default) a sample
+  passes p only when the lower end of its speedup's 95 % interval does (docs/rewards.md, the threshold rule): a
+  speedup whose interval straddles p is not claimed as faster than p. Without an interval (a cached reference
+  timing) the point estimate decides, as in KernelBench.
 * **Avg@k** (MusaCoder): the mean over tasks of the fraction of the task's k samples that are correct. Its
   expectation equals pass@1; it is reported under MusaCoder's name so their tables can be matched.
 * **geomean_speedup**: the geometric mean of the speedups of the correct, timed samples.
@@ -52,6 +55,7 @@ class Outcome:
         stage: Verdict (an :class:`~musaenv.types.Stage` value such as ``correct``).
         speedup: Baseline time / candidate time, ``None`` when not timed.
         pass_fraction: Fraction of correctness trials passed.
+        speedup_low: Lower end of the speedup's 95 % interval (paired timing), ``None`` without one.
     """
 
     task: str
@@ -59,6 +63,7 @@ class Outcome:
     stage: str
     speedup: float | None = None
     pass_fraction: float = 0.0
+    speedup_low: float | None = None
 
     @property
     def correct(self) -> bool:
@@ -106,13 +111,20 @@ def pass_at_k_values(samples_per_task: Iterable[int]) -> list[int]:
 def fast_p(outcomes: Sequence[Outcome], p: float) -> float | None:
     """KernelBench's fast_p: fraction of the scored samples that are correct with speedup > p (``None`` if none).
 
-    A correct sample without a speedup (timing disabled) counts for p = 0 only: any real speedup exceeds 0.
+    A correct sample without a speedup (timing disabled) counts for p = 0 only: any real speedup exceeds 0. With a
+    speedup interval, its lower end must exceed p (the threshold rule of docs/rewards.md).
     """
     scored = [o for o in outcomes if o.scored]
     if not scored:
         return None
-    hits = sum(1 for o in scored if o.correct and (o.speedup > p if o.speedup is not None else p == 0.0))
+    hits = sum(1 for o in scored if o.correct and (_claimed(o) > p if o.speedup is not None else p == 0.0))
     return hits / len(scored)
+
+
+def _claimed(o: Outcome) -> float:
+    """The speedup a threshold is judged on: the interval's lower end when there is one, else the point estimate."""
+    assert o.speedup is not None
+    return o.speedup_low if o.speedup_low is not None else o.speedup
 
 
 def geomean(values: Iterable[float]) -> float | None:

@@ -26,7 +26,7 @@ def outcomes_from_rows(rows: Iterable[dict[str, Any]]) -> list[Outcome]:
     out = []
     for row in rows:
         r = row.get("result") or {}
-        speedup = r.get("speedup")
+        speedup, low = r.get("speedup"), r.get("speedup_low")
         out.append(
             Outcome(
                 task=str(row["task"]),
@@ -34,6 +34,7 @@ def outcomes_from_rows(rows: Iterable[dict[str, Any]]) -> list[Outcome]:
                 stage=str(r.get("stage", "infra_error")),
                 speedup=None if speedup is None else float(speedup),
                 pass_fraction=float(r.get("pass_fraction") or 0.0),
+                speedup_low=None if low is None else float(low),
             )
         )
     return out

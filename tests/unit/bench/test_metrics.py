@@ -123,3 +123,15 @@ def test_summary_without_scored_samples_has_no_rates() -> None:
     assert s["correct_rate"] is None and s["pass_at_k"] == {} and s["geomean_speedup"] is None
     assert s["fast_p"]["1.0"] is None and s["verdicts"] == {"compiled": 1, "infra_error": 1}
     assert summarize([])["tasks"] == 0
+
+
+def test_fast_p_judges_a_paired_speedup_by_its_intervals_lower_end() -> None:
+    """A speedup of 1.3x whose 95 % interval reaches down to 0.9x is not claimed as faster than 1.0 (the threshold
+    rule of docs/rewards.md); one whose interval clears 1.0 is; without an interval the point estimate decides."""
+    straddles = Outcome("a", 1, "correct", speedup=1.3, speedup_low=0.9)
+    clears = Outcome("b", 1, "correct", speedup=1.3, speedup_low=1.05)
+    cached = Outcome("c", 1, "correct", speedup=1.3)
+    assert fast_p([straddles], 1.0) == 0.0
+    assert fast_p([clears], 1.0) == 1.0 and fast_p([clears], 1.1) == 0.0
+    assert fast_p([cached], 1.0) == 1.0
+    assert fast_p([straddles, clears, cached], 0.0) == 1.0  # correctness: the interval plays no part
