@@ -17,8 +17,9 @@ name holding a newline), so text alone never decides: a kill is the machine's wh
 so (the builder records it; no candidate code runs there), or when the text reads like a kill *and* the kernel's
 OOM-kill counter rose during the build (:func:`oom_kill_count`); a full disk when the builder's own write beside
 the build fails (:func:`musaenv.build.own_checks.out_of_space`). Text that reads like a fault and is not confirmed
-is the candidate's compile error, only never sealed (:func:`reads_like_fault`): a real fault the machine could not
-confirm (a full process table) costs one unsealed verdict, a forged one buys nothing.
+(:func:`reads_like_fault`) makes the loader build once more: a real kill seldom strikes twice, so the second build
+judges the source; text the source prints comes back, and is then its compile error, sealed on that second look.
+A forger pays one more build and gets its -1.
 
 Not covered on purpose: ``cc1plus: out of memory allocating`` (the compiler ran into its own address-space limit,
 :data:`musaenv.isolation.build_jail.BUILD_ADDRESS_SPACE_MB`: a runaway instantiation, the source's), a CPU-second
@@ -115,8 +116,8 @@ def _first_match(text: str, rules: tuple[tuple[re.Pattern[str], str], ...]) -> s
 
 
 def reads_like_fault(text: str) -> bool:
-    """True when ``text`` reads like a machine fault (:func:`machine_fault`): such a failure is never sealed, since
-    a real fault the machine could not confirm must not stick to the sources in the cache."""
+    """True when ``text`` reads like a machine fault (:func:`machine_fault`): such a failure is built once more before
+    it is sealed, since a real fault the machine could not confirm must not stick to the sources in the cache."""
     return machine_fault(text) is not None
 
 

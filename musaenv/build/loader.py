@@ -202,7 +202,7 @@ def build_extension(
     name = spec.name
     start = time.perf_counter()
     if spec.compile_only:
-        return _again_if_fault_text(lambda: _compile_only(spec, name, root / name, timeout_s, start))
+        return _again_if_fault_text(lambda again: _compile_only(spec, name, root / name, timeout_s, start, again))
     hit = _cache_lookup(root, name, start)
     if hit is not None:
         return hit
@@ -211,23 +211,26 @@ def build_extension(
         if hit is not None:
             return hit
         try:
-            return _again_if_fault_text(lambda: _build_now(spec, name, root, timeout_s, mode or _SETTINGS.mode, start))
+            build_mode = mode or _SETTINGS.mode
+            return _again_if_fault_text(lambda again: _build_now(spec, name, root, timeout_s, build_mode, start, again))
         except OSError as e:  # an unwritable or full cache: the machine's problem, said plainly, never a verdict
             msg = f"the build cache {root} cannot be written ({e}); set MUSAENV_CACHE_DIR to a writable directory"
             log.error("%s", msg)
             return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
 
 
-def _again_if_fault_text(build: Callable[[], BuildOutcome]) -> BuildOutcome:
-    """``build()``, run once more when it failed with output that reads like a machine fault the machine could not
-    confirm (:func:`musaenv.build.faults.reads_like_fault`; a kill an operator sent leaves no trace but the
-    compiler driver's words). A real kill seldom strikes twice in a row; text the candidate's source prints comes
-    back every time, and then stays its compile error (never sealed). Costs a forger one more build, nothing else."""
-    outcome = build()
+def _again_if_fault_text(build: Callable[[bool], BuildOutcome]) -> BuildOutcome:
+    """``build(False)``, run once more as ``build(True)`` when it failed with output that reads like a machine fault
+    the machine could not confirm (:func:`musaenv.build.faults.reads_like_fault`; a kill an operator sent leaves no
+    trace but the compiler driver's words). A real kill seldom strikes twice in a row; text the candidate's source
+    prints comes back every time, and then is its compile error, sealed on that second look like any other (a
+    forger pays one more build, once).
+    """
+    outcome = build(False)
     if outcome.ok or outcome.infra_error or outcome.cached or not reads_like_fault(outcome.log):
         return outcome
     log.warning("build %s failed with output that reads like a machine fault; building it once more", outcome.name)
-    return build()  # its seconds count from the first attempt's start
+    return build(True)  # its seconds count from the first attempt's start
 
 
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
@@ -240,7 +243,9 @@ def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
     return None
 
 
-def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: str, start: float) -> BuildOutcome:
+def _build_now(
+    spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: str, start: float, second_look: bool = False
+) -> BuildOutcome:
     final_dir = root / name
     tmp = root / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -280,9 +285,9 @@ def _build_now(spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: s
         if fault is not None:  # a compiler killed from outside, by its exit status or the kernel's count: retried
             msg = f"{fault} (not the candidate):\n{build_log}"
             return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
-        if failed and not reads_like_fault(build_log):  # a compiler's diagnostic: the same sources fail the same way
+        if failed and (second_look or not reads_like_fault(build_log)):  # a diagnostic: the same sources fail alike
             seal_failure(final_dir, name, build_log, _producer(result, mode))
-        if failed:  # text that reads like a fault, unconfirmed: the candidate's compile error, never sealed
+        if failed:  # fault-like text unconfirmed: the candidate's compile error (sealed only on a second look)
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
         so_path = install(tmp, name, final_dir)
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
@@ -334,7 +339,9 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
         return proc.returncode, over
 
 
-def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float) -> BuildOutcome:
+def _compile_only(
+    spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float, second_look: bool = False
+) -> BuildOutcome:
     from musaenv.build.cuda_compile import CHECK_VERSION
 
     verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
@@ -374,7 +381,7 @@ def _compile_only(spec: BuildSpec, name: str, final_dir: Path, timeout_s: float,
     if fault or result.infra:  # a header this toolkit lacks, a killed compiler: the machine cannot judge it
         why = f"{fault} (not the candidate)\n" if fault else ""
         return BuildOutcome(False, name, log=why + log_text, seconds=seconds, infra_error=True, extra=extra)
-    if not timed_out and not (not result.ok and reads_like_fault(log_text)):  # unconfirmed fault text: unsealed
+    if not timed_out and (second_look or result.ok or not reads_like_fault(log_text)):  # fault text: a second look
         record = {"ok": result.ok, "log": log_text, "extra": extra, "rules": FAULT_RULES,
                   "produced_by": _producer(result, "compile_only")}  # fmt: skip
         write_sealed(verdict, f"compile_only:{name}", record)

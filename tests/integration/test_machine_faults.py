@@ -170,9 +170,10 @@ def test_killed_cpp_compiler_costs_a_rebuild_not_a_verdict():
     assert not r.build_cached
 
 
-def test_fault_text_from_the_source_is_its_compile_error_and_not_sealed():
+def test_fault_text_from_the_source_is_its_compile_error():
     """A source that prints gcc's words for a killed compiler (a #line file name with a newline in it) gets its
-    compile error (no unscored retry), and the failure is not sealed."""
+    compile error (no unscored retry): built once more, the words came back, so the failure is sealed and the next
+    evaluation of the same source is answered from the cache."""
     tag = uuid.uuid4().hex[:12]
     forged = f'''```python
 import torch.nn as nn
@@ -194,9 +195,12 @@ class ModelNew(nn.Module):
 ```'''
     with LocalEvaluator("cpu", EvalConfig()) as ev:
         r = ev.evaluate(get_task("l1_relu"), forged, seed=1)
-    assert r.stage is Stage.COMPILE_ERROR, r.to_dict()
-    names = _build_names(r)
-    assert all(_sealed_records(n) == [] for n in names), "fault-like text was sealed"
+        assert r.stage is Stage.COMPILE_ERROR, r.to_dict()
+        assert "Killed signal terminated program" in r.compiler_log
+        names = _build_names(r)
+        assert names and all(_sealed_records(n) for n in names), "sealed on its second look"
+        again = ev.evaluate(get_task("l1_relu"), forged, seed=2)
+        assert again.stage is Stage.COMPILE_ERROR and again.build_cached, again.to_dict()
 
 
 @pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc (CUDA_HOME or /usr/local/cuda)")
