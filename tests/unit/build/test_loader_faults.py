@@ -54,4 +54,5 @@ def test_a_log_that_reads_like_a_full_disk_is_the_candidates_compile_error(tmp_p
     out = build_extension(spec, timeout_s=120.0, root=tmp_path / "ext")
     assert not out.ok and not out.infra_error, out
     assert "No space left on device" in out.log
-    assert not (tmp_path / "ext" / spec.name / "failed.json").exists()  # a log saying so is never cached either
+    # built once more (the text came back, so it is the source's), then sealed like any compile error
+    assert (tmp_path / "ext" / spec.name / "failed.json").exists()
