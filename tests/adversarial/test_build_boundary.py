@@ -141,7 +141,14 @@ def test_tampered_cached_module_is_rebuilt_not_served(boundary: Boundary) -> Non
 
 
 def test_forged_reference_timing_is_remeasured(boundary: Boundary) -> None:
-    honest = boundary.evaluate(boundary.full, bc.program())
+    """The cached reference timing (``reference="dedicated_host"``; paired timing caches none) is sealed: a forged
+    entry is measured again and replaced."""
+    dedicated = EvalConfig(run_timeout_s=20.0, timing=dataclasses.replace(TIMING, reference="dedicated_host"))
+    first = LocalEvaluator("cpu", dedicated)
+    try:
+        honest = first.evaluate(get_task("l1_relu"), bc.program(), seed=3)
+    finally:
+        first.close()
     assert honest.stage is Stage.CORRECT and honest.ref_runtime_ms, _describe(honest)
     forged: dict[Path, float] = {}
     for path in (_env.cache_dir() / "reftime").glob("*.json"):
@@ -152,7 +159,7 @@ def test_forged_reference_timing_is_remeasured(boundary: Boundary) -> None:
         path.write_text(json.dumps(record))
         forged[path] = record["body"]["median_ms"]
     assert forged
-    fresh = LocalEvaluator("cpu", CONFIG)  # a new process's view: nothing memoised
+    fresh = LocalEvaluator("cpu", dedicated)  # a new process's view: nothing memoised
     try:
         r = fresh.evaluate(get_task("l1_relu"), bc.program(), seed=5)
     finally:
