@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from musaenv.build.faults import FAULT_RULES
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.pool import EvalRequest
 from musaenv.evaluator.ray_backend import extract_build_specs, install_artifacts
@@ -40,8 +41,10 @@ def test_static_extraction_matches_what_the_candidate_would_build() -> None:
 
 def test_install_artifacts_is_atomic_and_content_named(tmp_path: Path) -> None:
     arts: list[dict[str, Any]] = [{"name": "musaenv_abc", "so": b"\x7fELF..."}, {"name": "../evil", "so": b"x"},
-            {"name": "musaenv_bad", "failed": '{"log": "error: nope"}'}]  # fmt: skip
-    assert install_artifacts(arts, root=tmp_path) == 2
+            {"name": "musaenv_bad", "failed": '{"log": "error: nope"}', "rules": FAULT_RULES},
+            {"name": "musaenv_old", "failed": "Killed signal terminated program cc1plus"}]  # fmt: skip
+    assert install_artifacts(arts, root=tmp_path) == 2  # a failure judged under another fault rule is not installed
+    assert not (tmp_path / "musaenv_old").exists()
     assert (tmp_path / "musaenv_abc" / "musaenv_abc.so").read_bytes() == b"\x7fELF..."
     assert "nope" in (tmp_path / "musaenv_bad" / "failed.json").read_text()
     assert install_artifacts([{"name": "musaenv_abc", "so": b"other"}], root=tmp_path) == 0  # never overwrites
