@@ -183,6 +183,8 @@ def test_the_channel_cannot_hold_the_evaluator(ev: LocalEvaluator, route: str) -
     r = ev.evaluate(get_task(TASK), _PIPE_WRITER.replace("ROUTE", code), seed=1)
     took = time.monotonic() - t0
     assert r.stage is verdict, r.to_dict()
-    assert took < 20, took
+    # the verdict (the candidate's own limit, not the backstop's infra_error) shows the route is closed; this bound
+    # only catches a hang (CI saw 24.8 s for unread_answers on a busy 2-core host)
+    assert took < 60, took
     honest = _TEMPLATE.replace("ROUTE", "pass").replace(" + 1.0", "")
     assert ev.evaluate(get_task(TASK), honest, seed=2).stage is Stage.CORRECT
