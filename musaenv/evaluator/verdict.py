@@ -234,8 +234,6 @@ def cheating_flags(
         flags.append("cpu_overuse")
     if run.paired is not None and sample_mismatch(run.paired):
         flags.append("timing_forged")
-    if run.paired is not None and outside_work(run.paired):
-        flags.append("timing_work_outside")
     flags.extend(f for f in rt.flags if f not in flags)
     return flags
 
@@ -307,6 +305,9 @@ def _finish(result: EvalResult, rt: RuntimeFindings, run: CandidateRun) -> EvalR
     """Add the worker's and the runtime checks' warnings (after timing, which may add some)."""
     warnings = list(result.warnings)
     warnings.extend(w for w in (*run.warnings, *rt.warnings) if w not in warnings)
+    # A warning, not a verdict, until calibrated: an honest l1_sum_dim (0.6 ms calls) tripped it under CI load.
+    if run.paired is not None and outside_work(run.paired) and "timing_work_outside" not in warnings:
+        warnings.append("timing_work_outside")
     return result.replace(warnings=tuple(warnings), extra={**result.extra, "runtime": rt.extra})
 
 

@@ -92,11 +92,11 @@ def test_paired_timing_decides_the_speedup_with_its_interval_over_fresh_inputs()
     assert r.runtime_ms == pytest.approx(4.0) and r.ref_timing is not None and r.ref_timing.n == 13
 
 
-def test_forged_own_samples_and_work_outside_the_window_are_cheating() -> None:
+def test_forged_own_samples_are_cheating_and_work_outside_the_window_is_warned() -> None:
     run, ref = _pair([0.2] * 20)
     run.paired = _paired([0.2] * 20)  # the worker says 0.2 ms where the parent counted 4 ms of CPU
     r = _judge(run, ref)
     assert r.stage is Stage.CHEATING and "timing_forged" in r.flags
     run.paired = _paired([4.1] * 20, cand_out_ms=9.0)  # 6 ms more than the reference between calls
-    r = _judge(run, ref)
-    assert r.stage is Stage.CHEATING and r.flags == ("timing_work_outside",)
+    r = _judge(run, ref)  # a warning until calibrated: honest sub-millisecond kernels tripped it under load
+    assert r.stage is not Stage.CHEATING and "timing_work_outside" in r.warnings and not r.flags
