@@ -39,6 +39,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
+from musaenv.build.admission import admitted
 from musaenv.build.builder_launch import builder_command
 from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
 from musaenv.build.ext_cache import (
@@ -252,9 +253,10 @@ def _build_now(
     try:
         _write_job(tmp, spec, name=name, build_mode=mode, timeout_s=timeout_s)
         _prime_flag_template()
-        oom_before = oom_kill_count()
-        rc, over = _run_builder(tmp, timeout_s)
-        oom_during = oom_rose(oom_before)
+        with admitted(_memory_kind(spec), name):  # machine-wide, by the memory a build needs (#27)
+            oom_before = oom_kill_count()
+            rc, over = _run_builder(tmp, timeout_s)
+            oom_during = oom_rose(oom_before)
         seconds = time.perf_counter() - start
         result = _read_report(tmp)
         if isinstance(result, str):  # a builder of another job version, or a report that is no report
@@ -316,6 +318,11 @@ def _prime_flag_template() -> None:
         log.debug("flag template not written ahead: %s", e)
 
 
+def _memory_kind(spec: BuildSpec) -> str:
+    """The kind of compile a spec needs memory for (:data:`musaenv.build.admission.NEED_MB`)."""
+    return "cuda" if spec.cuda_sources else "cxx"
+
+
 def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
     """Run the builder on ``tmp``; returns its exit code and which limit ended it (``cpu``, ``backstop``, None)."""
     from musaenv.isolation.proctree import kill_tree
@@ -360,9 +367,10 @@ def _compile_only(
     try:  # the compilers run confined, like every build (musaenv.isolation.build_jail)
         _write_job(tmp, spec, name=name, build_mode=_SETTINGS.mode, timeout_s=timeout_s)  # the split's caches too
         # Each step bounds itself; this is a backstop. A split build that fails leaves the full check its own limit.
-        oom_before = oom_kill_count()
-        rc, over = _run_builder(tmp, 2 * timeout_s + 60)
-        oom_during = oom_rose(oom_before)
+        with admitted(_memory_kind(spec), name):
+            oom_before = oom_kill_count()
+            rc, over = _run_builder(tmp, 2 * timeout_s + 60)
+            oom_during = oom_rose(oom_before)
         killed = over is not None
         result = _read_report(tmp)
         if isinstance(result, BuildReport) and result.wanted and not killed:  # headers the split build went without
