@@ -58,9 +58,9 @@ class _Launcher:
     def __call__(self, launch: Callable[..., Any], grid: Any, block: Any, args: Sequence[Any], kw: Any) -> Any:
         # A parameter requires grad, and torch refuses __cuda_array_interface__ then: the kernel reads its memory.
         args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
-        with self._torch_stream():
-            result = launch(grid, block, args, **kw)
         calls = self.state.calls
+        with self._torch_stream(), calls.around():
+            result = launch(grid, block, args, **kw)
         calls.count += 1
         if calls.hook is not None:
             calls.hook(calls.count, tuple(self._as_torch(a) for a in args), {}, None)
