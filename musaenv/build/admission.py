@@ -111,6 +111,7 @@ def admitted(
     start = time.monotonic()
     next_log = start  # the first wait is said at once, then every 30 s
     while True:
+        why = f"all {len(paths)} build slots on this machine are busy"
         for p in paths:
             fd = _try_lock(p)
             if fd is None:
@@ -126,11 +127,8 @@ def admitted(
                     os.close(fd)  # closing the descriptor drops the lock
                 return
             os.close(fd)
+            why = f"{mem:.0f} MB available < {need} MB needed while another build runs"
         if time.monotonic() >= next_log:
-            mem = available()
-            log.info(
-                "build %s waits: %d build slots on this machine are busy or %s MB available < %d MB needed",
-                what, len(paths), "?" if mem is None else f"{mem:.0f}", need,
-            )  # fmt: skip
+            log.info("build %s waits: %s", what, why)
             next_log = time.monotonic() + _LOG_EVERY_S
         time.sleep(_POLL_S)
