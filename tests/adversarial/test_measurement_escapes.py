@@ -38,8 +38,8 @@ RUNTIME_CATCHES: dict[str, tuple[str, ...]] = {
     # the parent's CPU time of each call against the worker's own (slowed) measure
     "m_clock_slot_cpp": ("timing_forged",),
     "m_gate_report_py": ("timing_forged",),
-    # The worker dies in its trials (exit 0): the output's pages are unreadable to the kernel (probably EFAULT when
-    # the zero-copy numpy view is written to the pipe), which no SIGSEGV handler sees. Refused, not diagnosed.
+    # The worker dies in its trials (exit 0): its zero-copy numpy view of the output goes to the pipe, whose write
+    # fails with EFAULT on the unreadable pages (checked by hand) where no SIGSEGV handler runs.
     "m_fault_pages_cpp": ("runtime_error",),
 }
 # candidate -> how it passes the runtime layer alone (only the static checks refuse it under the defaults).
