@@ -85,6 +85,31 @@ def watch_targets(extra: Mapping[str, tuple[str, Any, str]] | None = None) -> di
     return watch
 
 
+#: Operators the harness runs on the candidate's inputs and outputs: drawing, cloning and copying inputs, the
+#: outputs' fingerprints and comparisons. A kernel the candidate registers for one of them (``torch.library``, or
+#: TORCH_LIBRARY_IMPL in its extension) runs its code inside the harness's own steps, outside the timed window
+#: (a clone that computes the answer while the harness copies the input; tests/adversarial/candidates_measure).
+HARNESS_OPS = tuple(
+    f"aten::{op}"
+    for op in [
+        *("clone", "copy_", "empty.memory_format", "empty_like", "empty_strided", "zeros_like", "ones_like", "full"),
+        *("fill_.Scalar", "randn", "rand", "randint", "normal_", "uniform_", "random_", "_to_copy", "to.dtype"),
+        *("detach", "alias", "view", "reshape", "_reshape_alias", "as_strided", "contiguous", "sum", "sum.dim_IntList"),
+        *("mul.Tensor", "add.Tensor", "sub.Tensor", "abs", "isfinite", "isnan", "eq.Tensor", "ne.Tensor", "max", "min"),
+        *("allclose", "equal", "cat", "stack", "select.int", "slice.Tensor", "index_select"),
+    ]
+)
+
+
+def _dispatch_tables() -> dict[str, str]:
+    """Each harness operator's dispatcher table (``torch._C._dispatch_dump``: every key's kernel and where it was
+    registered); ``{}`` where this torch cannot say."""
+    try:
+        return {op: torch._C._dispatch_dump(op) for op in HARNESS_OPS}
+    except (AttributeError, RuntimeError):
+        return {}
+
+
 def _lookup(owner: Any, attr: str) -> Any:
     return owner.get(attr) if isinstance(owner, Mapping) else getattr(owner, attr, None)
 
@@ -128,6 +153,7 @@ class RuntimeGuard:
         self._sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         self._watch = dict(watch)
         self._ids = {name: _lookup(owner, attr) for name, (_, owner, attr) in self._watch.items()}
+        self._ops = _dispatch_tables()
         self._state = global_state()
         if self.checks or self.policy != "off":
             self._warm()
@@ -177,6 +203,8 @@ class RuntimeGuard:
         for name, (kind, owner, attr) in self._watch.items():
             if _lookup(owner, attr) is not self._ids[name]:
                 out[kind].append(name)
+        now = _dispatch_tables() if self._ops else {}
+        out["harness"] += [f"the dispatcher's kernels for {op}" for op, table in now.items() if table != self._ops[op]]
         return out
 
     def _facts(self) -> dict[str, Any]:

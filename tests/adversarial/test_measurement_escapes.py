@@ -41,6 +41,9 @@ RUNTIME_CATCHES: dict[str, tuple[str, ...]] = {
     # The worker dies in its trials (exit 0): its zero-copy numpy view of the output goes to the pipe, whose write
     # fails with EFAULT on the unreadable pages (checked by hand) where no SIGSEGV handler runs.
     "m_fault_pages_cpp": ("runtime_error",),
+    # the guard's snapshot of the harness operators' dispatcher tables (runtime_probe.HARNESS_OPS), taken before
+    # the candidate loaded: a kernel it registered for aten::clone is the harness's tampering
+    "m_clone_override_py": ("harness_tampering",),
 }
 # candidate -> how it passes the runtime layer alone (only the static checks refuse it under the defaults).
 RUNTIME_ESCAPES: dict[str, str] = {
@@ -49,11 +52,6 @@ RUNTIME_ESCAPES: dict[str, str] = {
         "time_gated's frame and computes every timed output; the timed calls return them (correct, fingerprints "
         "agree) and no parent measure covers the warm-up's CPU time"
     ),
-    "m_clone_override_py": (
-        "aten::clone on the CPU overridden through torch.library: clone_args (before TimeReady, and in the trials) "
-        "computes the output; the extra CPU between windows is below outside_work's bound (a relu is cheaper than a "
-        "call plus 1 ms) and timing_work_outside is only a warning"
-    ),
 }
 
 
@@ -61,7 +59,6 @@ RUNTIME_ESCAPES: dict[str, str] = {
 # the run): the cheat's path is really taken (else its xfail would also pass on a candidate that went honest).
 SABOTAGED: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "m_pool_precompute_py": ("return answer", "return ext.fill_const(answer, -1.0)", ("timed_output_mismatch",)),
-    "m_clone_override_py": ("return ext.copy_fwd(hit[1])", "return ext.fill_const(hit[1], -1.0)", ("incorrect",)),
 }
 
 
