@@ -111,6 +111,7 @@ class CandidateRun:
 _HARNESS_STAGES = {"start": "infra_error", "draw": "input_error"}
 _ORDER = ("start", "load", "draw", "trials", "timing")  # a worker's stages, each once, some skipped (no draw on GPUs)
 MAX_BUILDS = 16  # different extensions one evaluation may build: their time is excluded from its limits
+MAX_RECORDS = 4 * MAX_BUILDS  # build records kept per run: every build, and refused requests up to the rest
 _LIMIT_POLL_S = 0.25  # how often a stage's limits are checked while its worker is silent
 
 
@@ -152,13 +153,13 @@ def _serve_build(
         spec = BuildSpec.from_dict(msg.spec)
         spec = BuildSpec.from_dict({**spec.to_dict(), "backend": backend, "compile_only": compile_only})
     except (KeyError, TypeError, ValueError) as e:
-        run.builds.append(BuildRecord("", False, time.monotonic() - t0, False).to_dict())
+        _note(run, BuildRecord("", False, time.monotonic() - t0, False).to_dict())
         send(BuildResult(ok=False, name="", log=f"malformed build request: {e}").to_dict())
         return time.monotonic() - t0
     problems = check_spec_flags(spec.extra_cflags, spec.extra_cuda_cflags, spec.extra_ldflags, spec.extra_include_paths)
     if problems:  # checked here, in the parent, whatever the static checks recovered: no compiler runs at all
         run.refused_log = "\n".join(p.message() for p in problems)
-        run.builds.append(BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
+        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
         send(BuildResult(ok=False, name=spec.name, log=run.refused_log).to_dict())
         return time.monotonic() - t0
     key = json.dumps(spec.to_dict(), sort_keys=True)
@@ -169,7 +170,7 @@ def _serve_build(
             "harness's, not the candidate's, so their number is bounded)"
         )
         answer = BuildResult(ok=False, name=spec.name, log=run.compile_log).to_dict()
-        run.builds.append(BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
+        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
     elif answer is None:
         outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
         if not outcome.cached:
@@ -181,9 +182,15 @@ def _serve_build(
             if outcome.infra_error:
                 run.infra_log = outcome.log
         answer = run.answered[key] = BuildResult.of(outcome).to_dict()
-        run.builds.append(_record(outcome))
+        _note(run, _record(outcome))
     send(answer)
     return time.monotonic() - t0
+
+
+def _note(run: CandidateRun, record: dict[str, Any]) -> None:
+    """Keep one build record, up to :data:`MAX_RECORDS` (a worker flooding refused requests grows no list here)."""
+    if len(run.builds) < MAX_RECORDS:
+        run.builds.append(record)
 
 
 def _record(outcome: BuildOutcome) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pytest
 from musaenv.build.loader import BuildOutcome
 from musaenv.config import EvalConfig
 from musaenv.evaluator import candidate
-from musaenv.evaluator.candidate import CandidateRun, _handle, _record, _serve_build
+from musaenv.evaluator.candidate import MAX_RECORDS, CandidateRun, _handle, _record, _serve_build
 from musaenv.evaluator.verdict import base_result
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, Result
@@ -41,6 +41,10 @@ def test_the_parent_records_each_different_build_it_serves_once(monkeypatch: pyt
         _serve_build(worker, BuildRequest(spec), run, EvalConfig(), "cpu", False, 5.0)
         Channel(cr, cw).recv()
     assert [(b["tier"], b["ok"], b["cached"]) for b in run.builds] == [("split", True, False), (None, False, False)]
+    for _ in range(MAX_RECORDS + 5):  # a worker flooding refused requests: the parent's list stays bounded
+        _serve_build(worker, BuildRequest({"cpp_sources": 5}), run, EvalConfig(), "cpu", False, 5.0)
+        Channel(cr, cw).recv()
+    assert len(run.builds) == MAX_RECORDS
 
 
 def test_the_worker_adds_only_its_cupy_kernels_to_the_builds_the_parent_served() -> None:
