@@ -43,6 +43,7 @@ from musaenv.build.admission import admitted
 from musaenv.build.builder_launch import builder_command
 from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
 from musaenv.build.ext_cache import (
+    built_with,
     export_artifact,
     import_artifact,
     install,
@@ -95,7 +96,8 @@ class BuildOutcome:
         cached: True when the artifact came from the cache.
         timed_out: True when the build hit its time limit.
         infra_error: True when the harness failed (the builder could not run), not the candidate's sources.
-        extra: JSON-safe details (e.g. compile-only steps).
+        extra: JSON-safe details: ``tier`` (the build path, also on a cache hit: sealed with the artifact),
+            ``declined`` (faster paths that did not apply, each ``{"tier", "why"}``) and ``steps`` (what ran).
     """
 
     ok: bool
@@ -237,10 +239,12 @@ def _again_if_fault_text(build: Callable[[bool], BuildOutcome]) -> BuildOutcome:
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
     so_path = verified_module(root, name)
     if so_path is not None:
-        return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
+        extra = built_with(root, name)
+        return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True, extra=extra)
     failed = sealed_failure(root, name)
     if failed is not None:  # compile errors are deterministic: the same sources fail the same way
-        return BuildOutcome(False, name, log=failed, seconds=time.perf_counter() - start, cached=True)
+        extra = built_with(root, name, failed=True)
+        return BuildOutcome(False, name, log=failed, seconds=time.perf_counter() - start, cached=True, extra=extra)
     return None
 
 
@@ -262,7 +266,7 @@ def _build_now(
         if isinstance(result, str):  # a builder of another job version, or a report that is no report
             return BuildOutcome(False, name, log=result, seconds=seconds, infra_error=True)
         build_log = (result.log if result else "") or _tail(tmp / "builder.log")
-        extra = {"tier": result.tier or None, "steps": result.steps} if result else {}
+        extra = {"tier": result.tier or None, "declined": result.declined, "steps": result.steps} if result else {}
         if result and result.wanted and over is None:  # headers this build went without: built for the next one
             start_background(list(result.wanted), spec.to_dict())
         if result and result.retire:  # headers the compiler refused for an empty unit: only the parent retires them
@@ -291,7 +295,7 @@ def _build_now(
             seal_failure(final_dir, name, build_log, _producer(result, mode))
         if failed:  # fault-like text unconfirmed: the candidate's compile error (sealed only on a second look)
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
-        so_path = install(tmp, name, final_dir)
+        so_path = install(tmp, name, final_dir, {"tier": extra.get("tier"), "declined": extra.get("declined", [])})
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -383,7 +387,7 @@ def _compile_only(
     if killed or not isinstance(result, BuildReport):
         why = "was killed at its time limit" if killed else result or f"ended without a result (exit {rc})"
         return BuildOutcome(False, name, log=f"the compile-only check {why}", seconds=seconds, infra_error=True)
-    log_text, extra = result.log, {"steps": result.steps}
+    log_text, extra = result.log, {"tier": result.tier or None, "declined": result.declined, "steps": result.steps}
     timed_out = "timed out" in log_text.lower() and not result.ok
     fault = result.inconclusive or (None if result.ok else _fault(log_text, result.steps, oom_during))
     if fault or result.infra:  # a header this toolkit lacks, a killed compiler: the machine cannot judge it
@@ -408,7 +412,8 @@ def _producer(result: BuildReport | None, mode: str) -> dict[str, Any]:
         {k: s.get(k) for k in ("name", "command", "returncode")} if isinstance(s, dict) else str(s)
         for s in (result.steps if result else [])
     ]
-    return {"toolchain": toolchain_fingerprint(), "mode": mode, "tier": result.tier if result else "", "steps": steps}
+    tier, declined = (result.tier, result.declined) if result else ("", [])
+    return {"toolchain": toolchain_fingerprint(), "mode": mode, "tier": tier, "declined": declined, "steps": steps}
 
 
 def _write_job(tmp: Path, spec: BuildSpec, **job: Any) -> None:

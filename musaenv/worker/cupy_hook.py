@@ -107,7 +107,8 @@ def _compile_check(state: BuildState, obj: Any, what: str, compile_only: bool, n
         except cupy.cuda.compiler.CompileException as e:
             ok, log = False, str(e)
     seconds = round(time.perf_counter() - start, 4)
-    state.builds.append({"name": what, "ok": ok, "seconds": seconds, "cached": False, "kind": "cupy"})
+    state.builds.append({"name": what, "ok": ok, "seconds": seconds, "cached": False, "tier": "nvrtc",
+                         "declined": [], "kind": "cupy"})  # fmt: skip
     if not ok:
         state.failed.append(log)
         raise BuildFailedError(f"compiling CuPy {what} failed:\n{log}")

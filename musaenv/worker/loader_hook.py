@@ -112,7 +112,9 @@ class KernelCalls:
 
 @dataclass
 class BuildState:
-    """Builds requested by this candidate (reported to the parent with the result)."""
+    """Builds requested by this candidate (whether any was, for the compile-only drive). The parent keeps its own
+    record of the builds it served (their tiers and times); of the builds reported with the result it takes only
+    CuPy kernels, which compile here."""
 
     chan: Channel
     backend: str
