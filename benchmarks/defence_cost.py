@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from musaenv.config import EvalConfig
+from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source
 from musaenv.verification import analyze_candidate
@@ -40,6 +40,11 @@ RUNTIME_CONFIGS: dict[str, dict[str, Any]] = {
     "profiler": {"runtime_policy": "strict", "runtime_checks": False},
     "checks": {"runtime_policy": "off", "runtime_checks": True},
     "all": {"runtime_policy": "strict", "runtime_checks": True},
+    # The cost of measuring from outside the candidate (issues 25 and 26): the former default (the reference timed
+    # once and cached, samples from the worker, no stress trials) against today's (paired timing by the parent's
+    # accounting, fingerprints inside the window, two stress trials under strict), every runtime check on in both.
+    "round2": {"timing": {"reference": "dedicated_host"}, "stress_trials": 0},
+    "default": {},
 }
 SPARE_READY_TIMEOUT_S = 300.0
 
@@ -65,6 +70,12 @@ def _static_cost(source: str, reps: int) -> dict[str, list[float]]:
     return out
 
 
+def _config(kw: dict[str, Any]) -> EvalConfig:
+    """An EvalConfig from a JSON-safe entry of :data:`RUNTIME_CONFIGS` (``timing`` given as TimingConfig fields)."""
+    fields: dict[str, Any] = {k: TimingConfig(**v) if k == "timing" else v for k, v in kw.items()}
+    return EvalConfig(**fields)
+
+
 def _wait_spare(ev: LocalEvaluator) -> None:
     spare = ev._spare  # the evaluator's pre-started next worker; waiting keeps its start-up out of the measurement
     if spare is not None:
@@ -72,7 +83,7 @@ def _wait_spare(ev: LocalEvaluator) -> None:
 
 
 def _runtime_cost(task_id: str, source: str, reps: int, cost: TaskCost) -> None:
-    evaluators = {name: LocalEvaluator("cpu", EvalConfig(**kw)) for name, kw in RUNTIME_CONFIGS.items()}
+    evaluators = {name: LocalEvaluator("cpu", _config(kw)) for name, kw in RUNTIME_CONFIGS.items()}
     task = get_task(task_id)
     try:
         for ev in evaluators.values():  # warm-up: build cache, reference timing cache, spare worker
@@ -99,7 +110,7 @@ def _median(xs: list[float]) -> float | None:
 
 def _table(costs: list[TaskCost]) -> str:
     head = f"{'task':<22}{'static strict':>14}{'static off':>11}{'sandbox':>9}"
-    head += "".join(f"{name:>10}" for name in RUNTIME_CONFIGS) + f"{'all - base':>12}{'ratio':>7}"
+    head += "".join(f"{name:>10}" for name in RUNTIME_CONFIGS) + f"{'all - base':>12}{'ratio':>7}{'now/rd2':>9}"
     lines = [head, f"{'':<22}{'ms':>14}{'ms':>11}{'ms':>9}" + "".join(f"{'s':>10}" for _ in RUNTIME_CONFIGS)]
     for c in costs:
         med = {k: _median(v) for k, v in c.eval_s.items()}
@@ -108,6 +119,9 @@ def _table(costs: list[TaskCost]) -> str:
         base, full = med.get("base"), med.get("all")
         if base and full:
             row += f"{full - base:>12.3f}{full / base:>7.2f}"
+        before, now = med.get("round2"), med.get("default")
+        if before and now:
+            row += f"{now / before:>9.2f}"
         lines.append(row)
     return "\n".join(lines)
 
