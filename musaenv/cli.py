@@ -92,8 +92,12 @@ def _cmd_tasks_dir(args: argparse.Namespace) -> int:
         print(f"{r['id']}  (level {r['level']}, {r['dtype']}, atol={r['atol']:g}){warn}")
         for tier in ("cpu", "gpu"):
             print(f"    {tier}: {_shapes_text(r['shapes'].get(tier, []))}")
+        if r["warnings"]:  # the flags alone do not say what to fix (a not_derived file's error, a fixed size)
+            for note in r["notes"]:
+                print(f"    why: {note}")
     single = sum(1 for r in rows if "single_shape" in r["warnings"])
-    print(f"{len(rows)} tasks, {single} with a single shape in some tier")
+    failed = sum(1 for r in rows if "not_derived" in r["warnings"])
+    print(f"{len(rows)} tasks, {single} with a single shape in some tier, {failed} not derived")
     return 0
 
 

@@ -196,8 +196,10 @@ class EvalConfig(_Config):
         static_policy: ``strict`` (only tensor plumbing in forward), ``kernelbench`` (KernelBench's rules: some
             operators may stay in PyTorch), ``permissive`` (glue allowed) or ``off`` (see :data:`POLICIES`).
         runtime_policy: What the profiler check of one forward does with aten compute outside the allowlist:
-            ``strict`` (a ``cheating`` verdict), ``kernelbench``/``permissive`` (a warning and a coverage number),
-            ``off`` (no profiling), or ``auto`` (the same as ``static_policy``). See docs/verification.md.
+            ``strict`` (a ``cheating`` verdict), ``kernelbench`` (a warning, and ``cheating`` when the candidate's
+            own kernels take under 80 % of the compute time: ``low_kernel_coverage``), ``permissive`` (a warning and
+            the kernel coverage), ``off`` (no profiling), or ``auto`` (the same as ``static_policy``). See
+            docs/verification.md.
         runtime_checks: The other runtime checks in the worker: the extension must run on every call and produce
             the output, outputs must follow inputs, a poisoned repeat must reproduce, no threads, timers or global
             settings touched. ``False`` keeps only the output, alias, input-mutation and timed-output checks.

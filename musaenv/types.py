@@ -1,4 +1,5 @@
-"""JSON-safe records shared by every layer: :class:`Stage`, :class:`TimingStats`, :class:`EvalResult`.
+"""JSON-safe records shared by every layer: :class:`Stage`, :class:`TimingStats`, :class:`BuildRecord`,
+:class:`EvalResult`.
 
 No torch here: these records cross process boundaries and are written to JSONL.
 """
@@ -11,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EvalResult", "Stage", "TimingStats"]
+__all__ = ["BuildRecord", "EvalResult", "Stage", "TimingStats", "build_tier_of", "declined"]
 
 
 class Stage(str, enum.Enum):
@@ -110,6 +111,61 @@ class TimingStats:
         return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
 
 
+def declined(tier: str, why: str) -> dict[str, str]:
+    """One faster build path that did not apply and why, as :attr:`BuildRecord.declined` lists it."""
+    return {"tier": tier, "why": why}
+
+
+@dataclass(frozen=True)
+class BuildRecord:
+    """One build a candidate asked for, as the parent served it (an item of ``EvalResult.extra["builds"]``).
+
+    Attributes:
+        name: The module's name (its content hash); empty when the request was refused before it had one.
+        ok: The module was built (or the compile-only check passed).
+        seconds: Wall time of the request in the parent (a cache hit: the lookup only).
+        cached: The artifact (or the sealed compile error) came from the build cache.
+        tier: The build path that produced it (``split``, ``pch``, ``torch``, ``cuda_split``, ``musa``,
+            ``compile_only``; ``nvrtc`` for CuPy kernels), the same on a cache hit; ``None`` when no path ran (a
+            refused request, a harness failure before one was chosen, an entry cached before tiers were recorded).
+        declined: The faster paths that did not apply, in the order they were tried, each ``{"tier", "why"}``
+            (``precompiled_header`` when a path ran without its precompiled header; docs/verification.md).
+        kind: ``extension`` (``load_inline``) or ``cupy`` (a kernel compiled in the worker).
+    """
+
+    name: str
+    ok: bool
+    seconds: float
+    cached: bool
+    tier: str | None = None
+    declined: tuple[dict[str, str], ...] = ()
+    kind: str = "extension"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-safe dict."""
+        d = dataclasses.asdict(self)
+        d["declined"] = [dict(x) for x in self.declined]
+        d["seconds"] = _finite_or_none(self.seconds)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BuildRecord:
+        """Inverse of :meth:`to_dict` (records written before tiers were recorded read with ``tier=None``)."""
+        why = tuple({"tier": str(x.get("tier", "")), "why": str(x.get("why", ""))} for x in d.get("declined") or ())
+        return cls(name=str(d.get("name", "")), ok=bool(d.get("ok")), seconds=float(d.get("seconds") or 0.0),
+                   cached=bool(d.get("cached")), tier=d.get("tier"), declined=why,
+                   kind=str(d.get("kind", "extension")))  # fmt: skip
+
+
+def build_tier_of(builds: list[dict[str, Any]]) -> str | None:
+    """The one tier of a candidate's builds (``EvalResult.build_tier``): ``None`` when none named one, ``mixed``
+    when they took different paths."""
+    tiers = {b.get("tier") for b in builds} - {None}
+    if not tiers:
+        return None
+    return str(next(iter(tiers))) if len(tiers) == 1 else "mixed"
+
+
 @dataclass(frozen=True)
 class EvalResult:
     """Everything the verifier found out about one candidate. JSON-safe via :meth:`to_dict`.
@@ -136,6 +192,10 @@ class EvalResult:
         ref_timing: Reference :class:`TimingStats`.
         compile_time_s: Seconds spent building extensions (0 on a cache hit).
         build_cached: True when every extension came from the build cache.
+        build_tier: The build path of the candidate's builds (``split``, ``pch``, ``torch``, ``cuda_split``...;
+            ``mixed`` when they took different paths, ``None`` when nothing was built or no path was recorded). Each
+            build's own tier, time and the faster paths that did not apply are in ``extra["builds"]``
+            (:class:`BuildRecord`).
         eval_time_s: Wall time of the whole evaluation (``None`` when the response was refused by parsing or static
             checks before any process ran).
         compiler_log: Truncated compiler output (errors verbatim).
@@ -165,6 +225,7 @@ class EvalResult:
     ref_timing: TimingStats | None = None
     compile_time_s: float | None = None
     build_cached: bool | None = None
+    build_tier: str | None = None
     eval_time_s: float | None = None
     compiler_log: str = ""
     runtime_log: str = ""

@@ -13,6 +13,9 @@
 * **Avg@k** (MusaCoder): the mean over tasks of the fraction of the task's k samples that are correct. Its
   expectation equals pass@1; it is reported under MusaCoder's name so their tables can be matched.
 * **geomean_speedup**: the geometric mean of the speedups of the correct, timed samples.
+* **build_tiers**: the share of samples per build path (``EvalResult.build_tier``: ``split``, ``pch``, ``torch``,
+  ``cuda_split``...; ``none`` when nothing was built) and the median build seconds of those that built (not all
+  from the cache): why one run's builds took 4 s and another's 400 s.
 
 Samples whose verdict says nothing about the model (``infra_error``: the harness failed; ``compiled``: built for a
 device that is not here, never run) are counted in ``verdicts`` but left out of every rate.
@@ -36,6 +39,7 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_values",
     "summarize",
+    "tier_shares",
 ]
 
 FAST_P_THRESHOLDS: tuple[float, ...] = (0.0, 0.5, 0.8, 1.0, 1.1, 1.5, 2.0)
@@ -56,6 +60,9 @@ class Outcome:
         speedup: Baseline time / candidate time, ``None`` when not timed.
         pass_fraction: Fraction of correctness trials passed.
         speedup_low: Lower end of the speedup's 95 % interval (paired timing), ``None`` without one.
+        build_tier: The sample's build path (``EvalResult.build_tier``), ``None`` when nothing was built.
+        build_s: Seconds its builds that ran took (cache hits left out), ``None`` when every build was a cache hit
+            or there was none.
     """
 
     task: str
@@ -64,6 +71,8 @@ class Outcome:
     speedup: float | None = None
     pass_fraction: float = 0.0
     speedup_low: float | None = None
+    build_tier: str | None = None
+    build_s: float | None = None
 
     @property
     def correct(self) -> bool:
@@ -171,12 +180,30 @@ def _rates(outcomes: Sequence[Outcome], thresholds: Sequence[float]) -> dict[str
     }
 
 
+def tier_shares(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
+    """Per build path (``none``: nothing built): ``samples``, ``share`` of all samples, ``built`` (samples whose
+    builds ran, not all cache hits) and ``median_build_s`` over those (``None`` when none ran); every verdict
+    counts (a build's path does not depend on the verdict). Most common path first."""
+    by_tier: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        by_tier.setdefault(o.build_tier or "none", []).append(o)
+    out: dict[str, dict[str, Any]] = {}
+    for tier, group in sorted(by_tier.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        built = sorted(o.build_s for o in group if o.build_s is not None)
+        mid = len(built) // 2
+        median = None if not built else built[mid] if len(built) % 2 else (built[mid - 1] + built[mid]) / 2
+        out[tier] = {"samples": len(group), "share": len(group) / len(outcomes), "built": len(built),
+                     "median_build_s": median}  # fmt: skip
+    return out
+
+
 def summarize(outcomes: Iterable[Outcome], thresholds: Sequence[float] = FAST_P_THRESHOLDS) -> dict[str, Any]:
     """Every metric over all samples, per level (``by_level``) and per task (``per_task``); JSON-safe.
 
     Keys: ``tasks``, ``samples``, ``scored_samples``, ``verdicts``, ``correct_rate``, ``pass_at_k`` (``{"1": ..}``),
     ``avg_at_k`` (``{"<k>": ..}``, k the fewest samples of a task), ``mean_trial_pass_fraction``, ``fast_p``
-    (``{"0.0": ..}``), ``geomean_speedup``, ``by_level`` (``{"1": {the same keys}}``), ``per_task``.
+    (``{"0.0": ..}``), ``geomean_speedup``, ``by_level`` (``{"1": {the same keys}}``), ``per_task``,
+    ``build_tiers`` (:func:`tier_shares`, over all samples).
     Rates are ``None`` when no sample is scored. Independent of the order of ``outcomes``.
     """
     outs = sorted(outcomes, key=lambda o: (o.level, o.task))
@@ -184,4 +211,5 @@ def summarize(outcomes: Iterable[Outcome], thresholds: Sequence[float] = FAST_P_
     levels = sorted({o.level for o in outs})
     summary["by_level"] = {str(lv): _rates([o for o in outs if o.level == lv], thresholds) for lv in levels}
     summary["per_task"] = dict(sorted(_per_task([o for o in outs if o.scored]).items()))
+    summary["build_tiers"] = tier_shares(outs)
     return summary

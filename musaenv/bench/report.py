@@ -35,9 +35,18 @@ def outcomes_from_rows(rows: Iterable[dict[str, Any]]) -> list[Outcome]:
                 speedup=None if speedup is None else float(speedup),
                 pass_fraction=float(r.get("pass_fraction") or 0.0),
                 speedup_low=None if low is None else float(low),
+                build_tier=r.get("build_tier"),
+                build_s=_build_s(r),
             )
         )
     return out
+
+
+def _build_s(result: dict[str, Any]) -> float | None:
+    """Seconds of a result's builds that ran (cache hits left out); ``None`` when none ran."""
+    builds = [b for b in (result.get("extra") or {}).get("builds") or () if isinstance(b, dict)]
+    ran = [float(b.get("seconds") or 0.0) for b in builds if not b.get("cached")]
+    return sum(ran) if ran else None
 
 
 def _baseline(out_dir: Path) -> str | None:
@@ -118,6 +127,13 @@ def summary_markdown(s: dict[str, Any], title: str = "musaenv bench", plots: Seq
         )
     if any(v for k, v in s["verdicts"].items() if k in ("infra_error", "compiled")):
         lines += ["", "infra_error and compiled samples are counted above but left out of every rate."]
+    if s.get("build_tiers"):  # summaries written before tiers were recorded have none
+        lines += ["", "## Build paths", "", "| tier | samples | share | built (not cached) | median build s |"]
+        lines.append("| --- | --- | --- | --- | --- |")
+        for tier, t in s["build_tiers"].items():
+            lines.append(
+                f"| {tier} | {t['samples']} | {_fmt(t['share'], True)} | {t['built']} | {_fmt(t['median_build_s'])} |"
+            )
     if plots:
         lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({Path(p).name})" for p in plots]
     return "\n".join(lines) + "\n"

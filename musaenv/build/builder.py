@@ -31,29 +31,40 @@ from typing import Any
 from musaenv.build.job import JOB_VERSION, BuildReport, CompileJob, WarmupJob, read_job
 from musaenv.isolation.build_jail import run_confined
 from musaenv.isolation.records import ProtocolError
+from musaenv.types import declined as decline
 
 log = logging.getLogger("musaenv.build.builder")
 
 
-def _fast(spec: dict[str, Any], tmp: Path) -> dict[str, object] | None:
-    if spec.get("build_mode", "fast") not in ("fast", "pch") or not spec.get("pch_cache"):
+_FAST_TIERS = ("split", "pch")
+
+
+def _fast(spec: dict[str, Any], tmp: Path, declined: list[dict[str, str]]) -> dict[str, object] | None:
+    """The fast driver's build (:mod:`musaenv.build.fastbuild`); ``None``, with why in ``declined``: torch's path."""
+    mode = spec.get("build_mode", "fast")
+    if mode not in ("fast", "pch") or not spec.get("pch_cache"):
+        why = f"build mode {mode} (configure_builds)" if spec.get("pch_cache") else "no header store for the driver"
+        declined += [decline(t, why) for t in _FAST_TIERS]
         return None
     try:
         from musaenv.build.fastbuild import fast_build
 
-        res = fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), spec.get("build_mode", "fast"))
+        res = fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), mode, declined)
     except OSError as e:
         if e.errno in (errno.ENOSPC, errno.EDQUOT):  # torch's path cannot write either: say so now, not minutes later
             return {"ok": False, "log": f"the fast build could not write its files: {e}", "tier": "fast", "infra": True}
         log.warning("fast build failed, using load_inline:\n%s", traceback.format_exc())
+        declined += [decline(t, f"the fast driver failed ({e}): a harness fault, logged") for t in _FAST_TIERS]
         return None
-    except Exception:  # a harness bug must not cost the candidate its build: torch's path still works
+    except Exception as e:  # a harness bug must not cost the candidate its build: torch's path still works
         log.warning("fast build failed, using load_inline:\n%s", traceback.format_exc())
+        why = f"the fast driver failed ({type(e).__name__}): a harness fault, logged"
+        declined += [decline(t, why) for t in _FAST_TIERS]
         return None
     if res is None:
         return None
     return {"ok": res.ok, "log": res.log, "tier": res.tier, "steps": res.steps, "wanted": res.wanted,
-            "retire": res.retire}  # fmt: skip
+            "retire": res.retire, "declined": [*declined, *res.declined]}  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -136,9 +147,15 @@ def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     return {"ok": True, "log": "", "tier": "musa"}
 
 
-def _cuda_split(spec: dict[str, Any], tmp: Path, compile_only: bool) -> dict[str, object] | None:
-    """A CUDA spec built through the split (:mod:`musaenv.build.cuda_fast`); ``None``: build it as written."""
-    if spec.get("build_mode", "fast") != "fast" or not spec.get("pch_cache") or spec.get("backend") == "musa":
+def _cuda_split(
+    spec: dict[str, Any], tmp: Path, compile_only: bool, declined: list[dict[str, str]]
+) -> dict[str, object] | None:
+    """A CUDA spec built through the split (:mod:`musaenv.build.cuda_fast`); ``None``: build it as written (why
+    in ``declined``)."""
+    mode = spec.get("build_mode", "fast")
+    if mode != "fast" or not spec.get("pch_cache") or spec.get("backend") == "musa":
+        why = "the MUSA backend builds with mcc" if spec.get("backend") == "musa" else f"build mode {mode}"
+        declined.append(decline("cuda_split", why if spec.get("pch_cache") else "no header store for the split"))
         return None
     try:
         from musaenv.build.cuda_fast import cuda_fast_build
@@ -148,14 +165,15 @@ def _cuda_split(spec: dict[str, Any], tmp: Path, compile_only: bool) -> dict[str
             from torch.utils.cpp_extension import _get_cuda_arch_flags
 
             arch = _get_cuda_arch_flags(list(spec.get("extra_cuda_cflags") or []))
-        res = cuda_fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), arch_flags=arch)
-    except Exception:  # a harness bug must not cost the candidate its build: the unsplit build still decides
+        res = cuda_fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), arch_flags=arch, declined=declined)
+    except Exception as e:  # a harness bug must not cost the candidate its build: the unsplit build still decides
         log.warning("CUDA split build failed, building as written:\n%s", traceback.format_exc())
+        declined.append(decline("cuda_split", f"the split build failed ({type(e).__name__}): a harness fault, logged"))
         return None
     if res is None:
         return None
     return {"ok": res.ok, "log": res.log, "tier": "cuda_split", "steps": res.steps, "seconds": res.seconds,
-            "wanted": res.wanted, "retire": res.retire}  # fmt: skip
+            "wanted": res.wanted, "retire": res.retire, "declined": declined}  # fmt: skip
 
 
 def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
@@ -163,7 +181,8 @@ def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     source builds, else the check of the source as written, whose output is the verdict."""
     from musaenv.build.cuda_compile import cuda_compile_check
 
-    fast = _cuda_split(spec, tmp, compile_only=True)
+    declined: list[dict[str, str]] = []
+    fast = _cuda_split(spec, tmp, compile_only=True, declined=declined)
     if fast is not None:
         return fast
     check = cuda_compile_check(
@@ -174,7 +193,7 @@ def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     )  # fmt: skip
     steps = [s if isinstance(s, dict) else str(s) for s in check.steps]
     return {"ok": check.ok, "log": check.log, "tier": "compile_only", "steps": steps,
-            "inconclusive": check.inconclusive or ""}  # fmt: skip
+            "inconclusive": check.inconclusive or "", "declined": declined}  # fmt: skip
 
 
 def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
@@ -190,9 +209,10 @@ def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
         return _compile_only(spec, tmp)
     if job.backend == "musa" and (job.cuda_sources or job.with_cuda):
         return _musa(spec, tmp)  # device code goes to mcc, never to nvcc
+    declined: list[dict[str, str]] = []
     if job.cuda_sources:
-        return _cuda_split(spec, tmp, compile_only=False) or _torch(spec, tmp)
-    return _fast(spec, tmp) or _torch(spec, tmp)
+        return _cuda_split(spec, tmp, False, declined) or {**_torch(spec, tmp), "declined": declined}
+    return _fast(spec, tmp, declined) or {**_torch(spec, tmp), "declined": declined}
 
 
 def _unusable(tmp: Path) -> str | None:

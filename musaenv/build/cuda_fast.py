@@ -46,6 +46,7 @@ from musaenv.build.cuda_split import DEVICE_FILE, DEVICE_ORIGIN, CudaSplit, flag
 from musaenv.build.fastbuild import fast_build, isa_pragma_safe, linking_with, split_overlay
 from musaenv.build.pch import CompileFlags, PchStore, torch_flags
 from musaenv.isolation.limits import backstop_s
+from musaenv.types import declined as decline
 
 __all__ = ["CudaFastResult", "cuda_fast_build"]
 
@@ -209,7 +210,13 @@ def _await(parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str,
 
 
 def cuda_fast_build(
-    spec: dict[str, Any], name: str, tmp: Path, cache: Path, *, arch_flags: Sequence[str] | None = None
+    spec: dict[str, Any],
+    name: str,
+    tmp: Path,
+    cache: Path,
+    *,
+    arch_flags: Sequence[str] | None = None,
+    declined: list[dict[str, str]] | None = None,
 ) -> CudaFastResult | None:
     """Build a CUDA spec through the split; ``None`` means "build it as written" (never a verdict by itself).
 
@@ -221,14 +228,14 @@ def cuda_fast_build(
         cache: The ``pch`` cache directory (precompiled headers and binding objects, shared with C++ builds).
         arch_flags: nvcc architecture flags of a real build (torch's list); ``None`` for a compile-only check
             (one architecture, the link resolved against the libraries present here).
+        declined: Where to say why the split did not build it, when this returns ``None``.
     """
+    declined = [] if declined is None else declined
     cuda_home = _env.cuda_home()
-    if cuda_home is None or not spec.get("functions") or not spec.get("cpp_sources"):
-        return None
-    if not flags_allow_split(list(spec.get("extra_cuda_cflags") or ())):
-        return None
     split = split_cuda("\n".join(spec.get("cuda_sources") or ()), _CUDA_PRELUDE)
-    if split is None:
+    why = split_unfit(spec, cuda_home is not None, split is not None)
+    if why is not None or cuda_home is None or split is None:
+        declined.append(decline("cuda_split", why or "not splittable"))
         return None
     started = time.monotonic()
     # Each step is limited in CPU seconds of its own tree (a busy host does not inflate them); the wall clock is only
@@ -237,7 +244,10 @@ def cuda_fast_build(
     try:
         flags = torch_flags(cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
                             spec.get("extra_include_paths") or ())  # fmt: skip
-        return _build(spec, name, tmp, cache, split, flags, cuda_home, arch_flags, started, deadline)
+        res = _build(spec, name, tmp, cache, split, flags, cuda_home, arch_flags, started, deadline)
+        if res is not None:
+            return res
+        why = "the host part did not build through the fast driver: built as written, whose errors decide"
     except _Verdict as v:  # diagnosed once: the device unit's errors are the candidate's own
         status = f"exit {v.step.returncode}"
         head = f"== cuda: {shlex.join([v.step.command[0], DEVICE_ORIGIN])} ({status})\n" if arch_flags is None else (
@@ -246,8 +256,25 @@ def cuda_fast_build(
         return CudaFastResult(round(time.monotonic() - started, 3), (), "", [v.step.record()], False, head + v.output)
     except _Abandon as e:
         log.info("CUDA split build of %s abandoned, building it as written: %s", name, str(e)[-300:])
+        why = f"the split build was abandoned ({str(e)[-160:]})"
     except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
         log.warning("CUDA split build unavailable, building as written: %s", e)
+        why = f"the split build is unavailable ({type(e).__name__}: {str(e)[:160]})"
+    declined.append(decline("cuda_split", why or "the split build did not produce the module: built as written"))
+    return None
+
+
+def split_unfit(spec: dict[str, Any], toolkit: bool, splittable: bool) -> str | None:
+    """Why the CUDA split cannot take ``spec`` (``toolkit``: a CUDA toolkit was found; ``splittable``: its device
+    and host parts could be told apart); ``None`` when it can."""
+    if not toolkit:
+        return "no CUDA toolkit found (CUDA_HOME): the split drives nvcc itself"
+    if not spec.get("functions") or not spec.get("cpp_sources"):
+        return "no cpp_sources with functions= to bind: the split binds named functions only"
+    if not flags_allow_split(list(spec.get("extra_cuda_cflags") or ())):
+        return "extra_cuda_cflags that change how units link or warn (relocatable device code, -Werror)"
+    if not splittable:
+        return "the .cu source could not be split into device and host parts"
     return None
 
 

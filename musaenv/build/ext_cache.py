@@ -23,7 +23,15 @@ from musaenv._env import ext_cache_root
 from musaenv.build.faults import FAULT_RULES
 from musaenv.isolation.integrity import file_sha256, read_sealed, write_sealed
 
-__all__ = ["entry_lock", "export_artifact", "import_artifact", "install", "sealed_failure", "verified_module"]
+__all__ = [
+    "built_with",
+    "entry_lock",
+    "export_artifact",
+    "import_artifact",
+    "install",
+    "sealed_failure",
+    "verified_module",
+]
 
 log = logging.getLogger("musaenv.build.loader")  # the loader's messages, as before the split
 
@@ -44,6 +52,18 @@ def verified_module(root: Path, name: str) -> Path | None:
             with contextlib.suppress(OSError):
                 so_path.unlink()
     return so_path if ok else None
+
+
+def built_with(root: Path, name: str, failed: bool = False) -> dict[str, Any]:
+    """How a cached entry was built, from the record the parent sealed with it: ``{"tier", "declined"}`` (``tier``
+    ``None`` for an entry sealed before tiers were recorded). ``failed``: of its sealed compile error."""
+    if failed:
+        record = read_sealed(root / name / "failed.json", "ext_failed") or {}
+        record = record.get("produced_by") or {}
+    else:
+        record = read_sealed(root / name / "manifest.json", "ext") or {}
+    declined = record.get("declined")
+    return {"tier": record.get("tier") or None, "declined": declined if isinstance(declined, list) else []}
 
 
 @contextlib.contextmanager
@@ -91,7 +111,7 @@ def export_artifact(name: str, root: Path | None = None) -> dict[str, Any] | Non
     root = root or ext_cache_root()
     so_path = verified_module(root, name)
     if so_path is not None:
-        return {"name": name, "so": so_path.read_bytes()}
+        return {"name": name, "so": so_path.read_bytes(), "built_with": built_with(root, name)}
     failed = sealed_failure(root, name)
     return None if failed is None else {"name": name, "failed": failed, "rules": FAULT_RULES}
 
@@ -113,7 +133,9 @@ def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
         final_dir.mkdir(parents=True, exist_ok=True)
         staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
         staged.write_bytes(artifact["so"])
-        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+        built = artifact.get("built_with") if isinstance(artifact.get("built_with"), dict) else {}
+        record = {"name": name, "sha256": file_sha256(staged), **_how(built)}
+        write_sealed(final_dir / "manifest.json", "ext", record)
         os.replace(staged, final_dir / f"{name}.so")
         return True
     if isinstance(artifact.get("failed"), str) and artifact.get("rules") == FAULT_RULES:  # judged under this rule
@@ -122,14 +144,23 @@ def import_artifact(artifact: dict[str, Any], root: Path | None = None) -> bool:
     return False
 
 
-def install(tmp: Path, name: str, final_dir: Path) -> Path:
-    """Copy a built module into the shared cache and seal its digest in the manifest (the parent alone does this)."""
+def _how(built: dict[str, Any] | None) -> dict[str, Any]:
+    """The build path a manifest records beside the digest: the tier and the faster paths that did not apply."""
+    built = built or {}
+    tier, declined = built.get("tier"), built.get("declined")
+    return {"tier": tier if isinstance(tier, str) else None, "declined": declined if isinstance(declined, list) else []}
+
+
+def install(tmp: Path, name: str, final_dir: Path, built: dict[str, Any] | None = None) -> Path:
+    """Copy a built module into the shared cache and seal its digest in the manifest (the parent alone does this),
+    with how it was built (``built``: ``{"tier", "declined"}``, reported again on every cache hit)."""
     final_dir.mkdir(parents=True, exist_ok=True)
     staged = final_dir / f".{name}.{uuid.uuid4().hex[:8]}.so"
     shutil.copy2(tmp / f"{name}.so", staged)
     # Another process may install the same name at the same moment (one cache dir, two evaluators): the manifest
     # and the module it vouches for are replaced together under a lock, so they never come from different builds.
     with entry_lock(final_dir, fcntl.LOCK_EX):
-        write_sealed(final_dir / "manifest.json", "ext", {"name": name, "sha256": file_sha256(staged)})
+        record = {"name": name, "sha256": file_sha256(staged), **_how(built)}
+        write_sealed(final_dir / "manifest.json", "ext", record)
         os.replace(staged, final_dir / f"{name}.so")
     return final_dir / f"{name}.so"

@@ -58,6 +58,7 @@ from musaenv.build.flagkeys import strip_refusals
 from musaenv.build.header_names import extension_only_names, names_in_quotes
 from musaenv.build.own_checks import out_of_space
 from musaenv.build.pch import CompileFlags, PchStore, run_tool, torch_flags, unique_suffix
+from musaenv.types import declined as decline
 
 __all__ = ["FastResult", "fast_build", "isa_pragma_safe", "linking_with", "split_overlay"]
 
@@ -105,6 +106,7 @@ class FastResult:
             build in the background.
         retire: Header directories the compiler refused for an empty unit with these flags, for the parent to
             retire (:func:`musaenv.build.pch.retire_headers`).
+        declined: Faster paths that did not apply and why (:func:`musaenv.types.declined`), in the order tried.
     """
 
     ok: bool
@@ -113,6 +115,7 @@ class FastResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     wanted: list[str] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
+    declined: list[dict[str, str]] = field(default_factory=list)
 
 
 def _main_cpp(spec: dict[str, Any]) -> tuple[str, list[tuple[str, str]]]:
@@ -192,7 +195,10 @@ def _error_log(name: str, cmd: list[str], out: str) -> str:
     return f"RuntimeError: Error building extension '{name}': FAILED: main.o\n{' '.join(cmd)}\n{strip_refusals(out)}"
 
 
-def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: str = "fast") -> FastResult | None:
+def fast_build(
+    spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: str = "fast",
+    declined: list[dict[str, str]] | None = None,
+) -> FastResult | None:  # fmt: skip
     """Build ``spec`` into ``tmp/<name>.so`` without torch's ``load_inline``; ``None`` means "use load_inline".
 
     Args:
@@ -201,21 +207,26 @@ def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: st
         tmp: Private build directory.
         cache: The ``pch`` cache directory.
         mode: ``fast`` (split, then pch) or ``pch`` (pch only).
+        declined: Where to say why neither tier could run, when this returns ``None`` (a result carries its own).
     """
-    if spec.get("cuda_sources") or spec.get("with_cuda") or not spec.get("cpp_sources"):
-        return None
-    try:
-        flags = torch_flags(
-            cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
-            spec.get("extra_include_paths") or (),
-        )  # fmt: skip
-    except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
-        log.warning("fast build unavailable, using load_inline: %s", e)
+    why = _unfit(spec)
+    if why is None:
+        try:
+            flags = torch_flags(
+                cache, name, spec.get("extra_cflags") or (), spec.get("extra_ldflags") or (),
+                spec.get("extra_include_paths") or (),
+            )  # fmt: skip
+        except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
+            log.warning("fast build unavailable, using load_inline: %s", e)
+            why = f"torch's compile flags could not be read for the fast driver ({type(e).__name__}: {str(e)[:160]})"
+    if why is not None:
+        if declined is not None:
+            declined += [decline(t, why) for t in ("split", "pch")[mode == "pch" :]]
         return None
     source, pairs = _main_cpp(spec)
     store = PchStore(cache, isa_by_pragma=isa_pragma_safe(source))
     store.sweep()
-    res = _tiers(flags, store, source, pairs, name, tmp, cache, mode, spec)
+    res = first = _tiers(flags, store, source, pairs, name, tmp, cache, mode, spec)
     if not res.ok and _BY_PRAGMA in res.steps and _ISA_ARTEFACT.search(res.log):
         # the pragma's doing, not the candidate's: the real flags on the command line decide (without a header)
         log.info("%s: extensions by pragma failed where the command line may not; building with the flags", name)
@@ -223,9 +234,22 @@ def fast_build(spec: dict[str, Any], name: str, tmp: Path, cache: Path, mode: st
         res = _tiers(flags, again, source, pairs, name, tmp, cache, mode, spec)
         store.wanted += again.wanted
         store.refused += again.refused
+        res.declined = [*first.declined, *res.declined]
     res.wanted = list(dict.fromkeys(store.wanted))
     res.retire = list(dict.fromkeys(store.refused))
+    res.declined = [dict(t) for t in dict.fromkeys(tuple(d.items()) for d in res.declined)]  # once each
     return res
+
+
+def _unfit(spec: dict[str, Any]) -> str | None:
+    """Why the fast driver (both its tiers) cannot take ``spec``; ``None`` when it can."""
+    if spec.get("cuda_sources"):
+        return "cuda sources: the fast driver compiles C++ only"
+    if spec.get("with_cuda"):
+        return "with_cuda=True: the fast driver links no CUDA libraries"
+    if not spec.get("cpp_sources"):
+        return "no cpp_sources: the fast driver compiles torch's main.cpp from them"
+    return None
 
 
 _BY_PRAGMA = {"step": "isa_by_pragma"}
@@ -243,33 +267,46 @@ def _tiers(
     cache: Path, mode: str, spec: dict[str, Any],
 ) -> FastResult:  # fmt: skip
     steps: list[dict[str, Any]] = []
-    res: FastResult | None = None
-    if mode == "fast" and _split_eligible(spec, source, pairs):
+    found: list[dict[str, str]] = []
+    res: FastResult | str = _split_unfit(source, pairs) if mode == "fast" else _PCH_MODE
+    if res == "":
         # A fresh install's first build too: its binding objects compile on a thread beside the candidate's unit
         # (measured on 2 cores: 22.5 s wall and 32.8 s CPU against plain load_inline's 32 s and 34 s, and no
         # ~40 s of CPU in the background afterwards, which compiling torch's main.cpp here would leave).
         try:
-            res = _split_tier(flags, store, source, pairs, name, tmp, cache, steps)
+            res = _split_tier(flags, store, source, pairs, name, tmp, cache, steps, found)
         except OSError as e:  # e.g. binutils (nm, c++filt, objcopy) missing: the pch tier needs none of them
             log.warning("split build unavailable: %s", e)
-    if res is None:
-        res = _pch_tier(flags, store, source, pairs, name, tmp, steps)
+            res = f"the split tier's tools are unavailable ({e})"
+    if isinstance(res, str):
+        found.append(decline("split", res))
+        res = _pch_tier(flags, store, source, pairs, name, tmp, steps, found)
+    res.declined = found
     return res
 
 
-def _split_eligible(spec: dict[str, Any], source: str, pairs: list[tuple[str, str]]) -> bool:
-    if not pairs or _NEEDS_PYTHON.search(source):
-        return False
+def _split_unfit(source: str, pairs: list[tuple[str, str]]) -> str:
+    """Why the split tier cannot take this source (it binds plain functions and compiles without pybind11);
+    empty when it can."""
+    if not pairs:
+        return "no functions= to bind: the split tier binds named functions only"
+    python = _NEEDS_PYTHON.search(source)
+    if python:
+        return f"the source uses Python or pybind11 ({python.group(0)!r}): the split tier compiles without them"
     if not all(_IDENT.match(f) for f, _ in pairs):
-        return False
-    return all(not re.search(r'["\\\n]', doc) for _, doc in pairs)
+        return "a function name that is not a plain C++ name: the split tier binds by name"
+    if any(re.search(r'["\\\n]', doc) for _, doc in pairs):
+        return "a function docstring with quotes, backslashes or newlines: the split tier spells them in C++"
+    return ""
 
 
 def _pch_tier(
     flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
-    steps: list[dict[str, Any]],
+    steps: list[dict[str, Any]], found: list[dict[str, str]],
 ) -> FastResult:  # fmt: skip
     pch = store.include_flags("full", flags)
+    if not pch:
+        found.append(decline("precompiled_header", _NO_HEADER.format(header="torch/extension.h")))
     src = tmp / "main.cpp"
     src.write_text(source + ("\n" + _binding_block(pairs) if pairs else ""))
     unit = store.unit_flags("full", flags) if pch else flags
@@ -286,6 +323,11 @@ def _pch_tier(
     if rc != 0:
         return FastResult(False, f"RuntimeError: Error building extension '{name}': FAILED: {name}.so\n{out}", "pch")
     return FastResult(True, "", "pch", steps)
+
+
+_PCH_MODE = "build mode pch (configure_builds): the split tier is not tried"
+_NO_HEADER = ("no precompiled {header} ready for these flags: the unit parsed it in full (one is built in the "
+              "background when the header store has room)")  # fmt: skip
 
 
 def split_overlay(cache: Path) -> Path:
@@ -345,9 +387,13 @@ class _Background:
 
 def _split_tier(
     flags: CompileFlags, store: PchStore, source: str, pairs: list[tuple[str, str]], name: str, tmp: Path,
-    cache: Path, steps: list[dict[str, Any]],
-) -> FastResult | None:  # fmt: skip
+    cache: Path, steps: list[dict[str, Any]], found: list[dict[str, str]],
+) -> FastResult | str:  # fmt: skip
+    """The split tier's build; a string says why it gave the build to the pch tier."""
+    # size: one build path in order (unit, signatures, binding objects, stub, link), each step's refusal named
     pch = store.include_flags("split", flags)
+    if not pch:
+        found.append(decline("precompiled_header", _NO_HEADER.format(header="torch/types.h")))
     module_job = _Background(lambda: module_object(flags, cache, steps))
     scaffold = ["", "template <int I, class T> void musaenv_sig_() {}"]
     for i, (f, _) in enumerate(pairs):
@@ -372,22 +418,25 @@ def _split_tier(
             module_job.wait()
             return FastResult(False, _error_log(name, cmd, out), "split", steps)
         module_job.wait()  # useful to every later build; and no half-written object is left behind
-        return None  # may be the narrower header's doing: the pch tier gives the authoritative error
+        # may be the narrower header's doing: the pch tier gives the authoritative error
+        return "a compile error that torch/types.h (without pybind11) may cause: the full header decides"
     module = module_job.wait()
     sigs = _signatures(tmp / "main.o", len(pairs), tmp)
-    if sigs is None or module is None:
-        return None
+    if module is None:
+        return "the shared pybind11 module object could not be built"
+    if sigs is None:
+        return "a bound function's signature names a type of the source's own: its binding cannot be shared"
     bound = binding_objects(flags, list(dict.fromkeys(sigs)), cache, steps)
     stub = _stub(pairs, sigs, name, tmp)
     renamed = _renamed_module(module, name, tmp)
     if bound is None or renamed is None:
-        return None
+        return "a shared binding object could not be built or renamed"
     rc, _, _ = _compile(flags, [], stub, tmp / "musaenv_stub.o", tmp)
     if rc != 0:
-        return None
+        return "the binding stub did not compile"
     rc, _ = _link(flags, [tmp / "main.o", *bound, tmp / "musaenv_stub.o", renamed], tmp / f"{name}.so", tmp)
     steps.append({"step": "link", "rc": rc})
-    return FastResult(True, "", "split", steps) if rc == 0 else None
+    return FastResult(True, "", "split", steps) if rc == 0 else "the split objects did not link"
 
 
 def _renamed_module(module: Path, name: str, tmp: Path) -> Path | None:

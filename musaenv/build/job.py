@@ -21,7 +21,7 @@ from musaenv.isolation.records import Message, ProtocolError
 
 __all__ = ["JOB_VERSION", "BuildReport", "CompileJob", "JobMismatch", "WarmupJob", "read_job", "read_report"]
 
-JOB_VERSION = 1
+JOB_VERSION = 2  # 2: BuildReport.declined
 """Change with any change of :class:`CompileJob`, :class:`WarmupJob` or :class:`BuildReport`."""
 
 
@@ -125,6 +125,8 @@ class BuildReport(Message):
             retires them: :func:`musaenv.build.pch.retire_headers`).
         rows: One row per warm-up item.
         inconclusive: Why a compile-only check could not judge the source (empty when it could).
+        declined: The faster paths that did not apply, in the order tried, each ``{"tier", "why"}``
+            (:func:`musaenv.types.declined`).
         confinement: How the builder was confined (:func:`musaenv.isolation.build_jail.run_confined`).
     """
 
@@ -139,6 +141,7 @@ class BuildReport(Message):
     retire: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     inconclusive: str = ""
+    declined: list[dict[str, str]] = field(default_factory=list)
     confinement: dict[str, Any] = field(default_factory=dict)
 
 

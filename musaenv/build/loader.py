@@ -39,9 +39,11 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
+from musaenv.build.admission import admitted
 from musaenv.build.builder_launch import builder_command
 from musaenv.build.buildspec import BuildSpec, toolchain_fingerprint
 from musaenv.build.ext_cache import (
+    built_with,
     export_artifact,
     import_artifact,
     install,
@@ -94,7 +96,8 @@ class BuildOutcome:
         cached: True when the artifact came from the cache.
         timed_out: True when the build hit its time limit.
         infra_error: True when the harness failed (the builder could not run), not the candidate's sources.
-        extra: JSON-safe details (e.g. compile-only steps).
+        extra: JSON-safe details: ``tier`` (the build path, also on a cache hit: sealed with the artifact),
+            ``declined`` (faster paths that did not apply, each ``{"tier", "why"}``) and ``steps`` (what ran).
     """
 
     ok: bool
@@ -236,10 +239,12 @@ def _again_if_fault_text(build: Callable[[bool], BuildOutcome]) -> BuildOutcome:
 def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
     so_path = verified_module(root, name)
     if so_path is not None:
-        return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True)
+        extra = built_with(root, name)
+        return BuildOutcome(True, name, str(so_path), seconds=time.perf_counter() - start, cached=True, extra=extra)
     failed = sealed_failure(root, name)
     if failed is not None:  # compile errors are deterministic: the same sources fail the same way
-        return BuildOutcome(False, name, log=failed, seconds=time.perf_counter() - start, cached=True)
+        extra = built_with(root, name, failed=True)
+        return BuildOutcome(False, name, log=failed, seconds=time.perf_counter() - start, cached=True, extra=extra)
     return None
 
 
@@ -252,15 +257,16 @@ def _build_now(
     try:
         _write_job(tmp, spec, name=name, build_mode=mode, timeout_s=timeout_s)
         _prime_flag_template()
-        oom_before = oom_kill_count()
-        rc, over = _run_builder(tmp, timeout_s)
-        oom_during = oom_rose(oom_before)
+        with admitted(_memory_kind(spec), name):  # machine-wide, by the memory a build needs (#27)
+            oom_before = oom_kill_count()
+            rc, over = _run_builder(tmp, timeout_s)
+            oom_during = oom_rose(oom_before)
         seconds = time.perf_counter() - start
         result = _read_report(tmp)
         if isinstance(result, str):  # a builder of another job version, or a report that is no report
             return BuildOutcome(False, name, log=result, seconds=seconds, infra_error=True)
         build_log = (result.log if result else "") or _tail(tmp / "builder.log")
-        extra = {"tier": result.tier or None, "steps": result.steps} if result else {}
+        extra = {"tier": result.tier or None, "declined": result.declined, "steps": result.steps} if result else {}
         if result and result.wanted and over is None:  # headers this build went without: built for the next one
             start_background(list(result.wanted), spec.to_dict())
         if result and result.retire:  # headers the compiler refused for an empty unit: only the parent retires them
@@ -289,7 +295,7 @@ def _build_now(
             seal_failure(final_dir, name, build_log, _producer(result, mode))
         if failed:  # fault-like text unconfirmed: the candidate's compile error (sealed only on a second look)
             return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
-        so_path = install(tmp, name, final_dir)
+        so_path = install(tmp, name, final_dir, {"tier": extra.get("tier"), "declined": extra.get("declined", [])})
         return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -314,6 +320,11 @@ def _prime_flag_template() -> None:
         _PRIMED.add(root)
     except Exception as e:  # only an optimisation: the builder computes the template itself
         log.debug("flag template not written ahead: %s", e)
+
+
+def _memory_kind(spec: BuildSpec) -> str:
+    """The kind of compile a spec needs memory for (:data:`musaenv.build.admission.NEED_MB`)."""
+    return "cuda" if spec.cuda_sources else "cxx"
 
 
 def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
@@ -360,9 +371,10 @@ def _compile_only(
     try:  # the compilers run confined, like every build (musaenv.isolation.build_jail)
         _write_job(tmp, spec, name=name, build_mode=_SETTINGS.mode, timeout_s=timeout_s)  # the split's caches too
         # Each step bounds itself; this is a backstop. A split build that fails leaves the full check its own limit.
-        oom_before = oom_kill_count()
-        rc, over = _run_builder(tmp, 2 * timeout_s + 60)
-        oom_during = oom_rose(oom_before)
+        with admitted(_memory_kind(spec), name):
+            oom_before = oom_kill_count()
+            rc, over = _run_builder(tmp, 2 * timeout_s + 60)
+            oom_during = oom_rose(oom_before)
         killed = over is not None
         result = _read_report(tmp)
         if isinstance(result, BuildReport) and result.wanted and not killed:  # headers the split build went without
@@ -375,7 +387,7 @@ def _compile_only(
     if killed or not isinstance(result, BuildReport):
         why = "was killed at its time limit" if killed else result or f"ended without a result (exit {rc})"
         return BuildOutcome(False, name, log=f"the compile-only check {why}", seconds=seconds, infra_error=True)
-    log_text, extra = result.log, {"steps": result.steps}
+    log_text, extra = result.log, {"tier": result.tier or None, "declined": result.declined, "steps": result.steps}
     timed_out = "timed out" in log_text.lower() and not result.ok
     fault = result.inconclusive or (None if result.ok else _fault(log_text, result.steps, oom_during))
     if fault or result.infra:  # a header this toolkit lacks, a killed compiler: the machine cannot judge it
@@ -400,7 +412,8 @@ def _producer(result: BuildReport | None, mode: str) -> dict[str, Any]:
         {k: s.get(k) for k in ("name", "command", "returncode")} if isinstance(s, dict) else str(s)
         for s in (result.steps if result else [])
     ]
-    return {"toolchain": toolchain_fingerprint(), "mode": mode, "tier": result.tier if result else "", "steps": steps}
+    tier, declined = (result.tier, result.declined) if result else ("", [])
+    return {"toolchain": toolchain_fingerprint(), "mode": mode, "tier": tier, "declined": declined, "steps": steps}
 
 
 def _write_job(tmp: Path, spec: BuildSpec, **job: Any) -> None:

@@ -43,6 +43,7 @@ from musaenv.isolation.messages import (
 )
 from musaenv.isolation.process import WorkerProcess
 from musaenv.timing.paired import PairedSamples
+from musaenv.types import BuildRecord
 
 __all__ = ["CandidateRun", "drive_candidate"]
 
@@ -55,7 +56,9 @@ class CandidateRun:
         trials: Per-trial (arrays, dtypes, flags).
         timing: The timing message, if any, and its kept outputs.
         failure: (stage, log) when the candidate failed or the run was cut short.
-        builds: Build outcomes (dicts) in request order.
+        builds: One :class:`~musaenv.types.BuildRecord` (as a dict) per different build the parent served, in request
+            order, then the CuPy kernels the worker compiled: the tier and times are the parent's, not the worker's
+            word.
         compile_time_s: Seconds spent building (0 on cache hits).
         compile_only: True when the worker only compiled.
         warnings: Warning flags the worker raised.
@@ -108,6 +111,7 @@ class CandidateRun:
 _HARNESS_STAGES = {"start": "infra_error", "draw": "input_error"}
 _ORDER = ("start", "load", "draw", "trials", "timing")  # a worker's stages, each once, some skipped (no draw on GPUs)
 MAX_BUILDS = 16  # different extensions one evaluation may build: their time is excluded from its limits
+MAX_RECORDS = 4 * MAX_BUILDS  # build records kept per run: every build, and refused requests up to the rest
 _LIMIT_POLL_S = 0.25  # how often a stage's limits are checked while its worker is silent
 
 
@@ -149,11 +153,13 @@ def _serve_build(
         spec = BuildSpec.from_dict(msg.spec)
         spec = BuildSpec.from_dict({**spec.to_dict(), "backend": backend, "compile_only": compile_only})
     except (KeyError, TypeError, ValueError) as e:
+        _note(run, BuildRecord("", False, time.monotonic() - t0, False).to_dict())
         send(BuildResult(ok=False, name="", log=f"malformed build request: {e}").to_dict())
         return time.monotonic() - t0
     problems = check_spec_flags(spec.extra_cflags, spec.extra_cuda_cflags, spec.extra_ldflags, spec.extra_include_paths)
     if problems:  # checked here, in the parent, whatever the static checks recovered: no compiler runs at all
         run.refused_log = "\n".join(p.message() for p in problems)
+        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
         send(BuildResult(ok=False, name=spec.name, log=run.refused_log).to_dict())
         return time.monotonic() - t0
     key = json.dumps(spec.to_dict(), sort_keys=True)
@@ -164,6 +170,7 @@ def _serve_build(
             "harness's, not the candidate's, so their number is bounded)"
         )
         answer = BuildResult(ok=False, name=spec.name, log=run.compile_log).to_dict()
+        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
     elif answer is None:
         outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
         if not outcome.cached:
@@ -175,8 +182,24 @@ def _serve_build(
             if outcome.infra_error:
                 run.infra_log = outcome.log
         answer = run.answered[key] = BuildResult.of(outcome).to_dict()
+        _note(run, _record(outcome))
     send(answer)
     return time.monotonic() - t0
+
+
+def _note(run: CandidateRun, record: dict[str, Any]) -> None:
+    """Keep one build record, up to :data:`MAX_RECORDS` (a worker flooding refused requests grows no list here)."""
+    if len(run.builds) < MAX_RECORDS:
+        run.builds.append(record)
+
+
+def _record(outcome: BuildOutcome) -> dict[str, Any]:
+    """The build record of one served build: its tier and the faster paths that did not apply, as the build
+    service reported them (:mod:`musaenv.build.loader`)."""
+    tier, declined = outcome.extra.get("tier"), outcome.extra.get("declined") or []
+    return BuildRecord(outcome.name, outcome.ok, outcome.seconds, outcome.cached,
+                       tier=tier if isinstance(tier, str) and tier else None,
+                       declined=tuple(d for d in declined if isinstance(d, dict))).to_dict()  # fmt: skip
 
 
 def _judge_binary(outcome: BuildOutcome, policy: str, run: CandidateRun) -> BuildOutcome:
@@ -214,9 +237,11 @@ def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarra
         if msg.phase == "trials":
             run.runtime_arrays = arrays
     else:
-        run.builds = list(msg.builds)
-        # CuPy kernels are compiled in the worker (musaenv.worker.cupy_hook), not by the parent's build service.
-        run.compile_time_s += sum(float(b.get("seconds") or 0.0) for b in run.builds if b.get("kind") == "cupy")
+        # CuPy kernels are compiled in the worker (musaenv.worker.cupy_hook), not by the parent's build service: only
+        # those records are the worker's; the parent recorded the builds it served itself (_serve_build).
+        cupy = [b for b in msg.builds if isinstance(b, dict) and b.get("kind") == "cupy"]
+        run.builds += cupy
+        run.compile_time_s += sum(float(b.get("seconds") or 0.0) for b in cupy)
         run.warnings = list(msg.warnings)
         run.compile_only = msg.compile_only
         if msg.failure is not None:

@@ -24,7 +24,7 @@ from musaenv.errors import ConfigError
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.memory import candidate_budget_mb, status_mb
 from musaenv.evaluator.pairing import RefSession
-from musaenv.evaluator.plan import EvalPlan, make_plan, plan_pool
+from musaenv.evaluator.plan import EvalPlan, interpreted_config, make_plan, plan_pool
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
 from musaenv.evaluator.verdict import judge
 from musaenv.isolation import forkserver
@@ -98,6 +98,8 @@ class LocalEvaluator:
         device_env = dict(worker_env or {})  # device pins: the reference worker gets them too
         # Triton without a GPU runs kernels in its interpreter, which must be chosen before triton is imported.
         interpret = self.backend.name == "triton" and self.backend.device == "cpu"
+        if interpret:  # judged on correctness there, with room for interpreted grids (docs/backends.md)
+            self.config = interpreted_config(self.config)
         self._worker_env = {"TRITON_INTERPRET": "1", **device_env} if interpret else device_env
         self._server: ForkServer | None = None
         ref_server = None

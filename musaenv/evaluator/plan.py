@@ -12,7 +12,15 @@ import numpy as np
 from musaenv.config import EvalConfig
 from musaenv.tasks.task import Shape, Task
 
-__all__ = ["EvalPlan", "StressTrial", "first_use_calls", "make_plan", "plan_pool"]
+__all__ = [
+    "INTERPRETER_TIME_FACTOR",
+    "EvalPlan",
+    "StressTrial",
+    "first_use_calls",
+    "interpreted_config",
+    "make_plan",
+    "plan_pool",
+]
 
 RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
 # Further timed calls, picked after the run, whose output fingerprints are checked: TimingConfig.probes (4), the
@@ -20,6 +28,11 @@ RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the ref
 # that fakes half of the 17 unchecked calls of 20 (enough to move the median) 98.5 % of the time, two 79 %. When
 # the eager reference is timed in the same run (reference="every"), every timed call is checked.
 PROBE_CALLS = 4
+#: Triton's CPU interpreter runs a launch's program instances one after another in Python (0.1-1 ms each,
+#: docs/backends.md), so a kernel a GPU runs in microseconds takes seconds there: a correct public generation with
+#: 12,900 program instances per launch needed 75 CPU s for its trials against the 60 s run limit and was charged a
+#: timeout. Trials on the interpreter get this many times the run limit; an endless kernel is still a timeout.
+INTERPRETER_TIME_FACTOR = 4.0
 
 # Stress trials (docs/verification.md, "Stress trials"): the task's inputs with every floating-point tensor
 # transformed as x * scale + offset, two kinds in turn. Numbers from a simulation of the layernorm task (fp32,
@@ -132,6 +145,16 @@ def _entropy(seed: int, secret: bool) -> list[int]:
     if secret:
         words += list(np.frombuffer(os.urandom(16), dtype=np.uint32).tolist())
     return words
+
+
+def interpreted_config(config: EvalConfig) -> EvalConfig:
+    """``config`` for an evaluation on Triton's CPU interpreter: correctness only (interpreted speed says nothing of
+    the kernel's: the speedup is ``None`` and a correct candidate scores 1, as it did at the ~0.015x the interpreter
+    measured, without the timing stage that took most of the time and was the stage that timed out), and trials
+    under :data:`INTERPRETER_TIME_FACTOR` times the run limit."""
+    return config.replace(
+        run_timeout_s=config.run_timeout_s * INTERPRETER_TIME_FACTOR, timing=config.timing.replace(enabled=False)
+    )
 
 
 def plan_pool(config: EvalConfig) -> int:

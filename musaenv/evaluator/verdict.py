@@ -14,7 +14,7 @@ from musaenv.evaluator.cpu_watch import over_budget
 from musaenv.evaluator.plan import first_use_calls
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.timing.paired import PairedSamples, outside_work, sample_mismatch
-from musaenv.types import EvalResult, Stage, TimingStats
+from musaenv.types import EvalResult, Stage, TimingStats, build_tier_of
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
@@ -188,6 +188,7 @@ def base_result(
         compile_time_s=run.compile_time_s,
         warnings=tuple(dict.fromkeys([*static_warnings, *run.binary_warnings])),
         build_cached=all(b.get("cached") for b in run.builds) if run.builds else None,
+        build_tier=build_tier_of(run.builds),
         compiler_log=_truncate(run.compile_log, log_chars),
         extra={"builds": run.builds, "sandbox": run.sandbox, "cpu": [u.to_dict() for u in run.cpu]},
     )

@@ -11,7 +11,10 @@ count only what the candidate's own process tree did:
   to wait (``sleep``, a blocking call), which is the candidate's; a busy host only adds run-queue delay. Without
   schedstat (kernels without ``CONFIG_SCHED_INFO``) own time is the wall time, as before. Time the worker spent
   *stopped* (``SIGSTOP`` from outside, a debugger, a frozen cgroup: state ``T``/``t``) is not on a run queue either
-  and is not its own: it is left out too, so a stalled worker reaches only the backstop.
+  and is not its own: it is left out too, so a stalled worker reaches only the backstop. Only threads that kept
+  the priority they were started with count: a thread that made itself ``SCHED_IDLE``, ``SCHED_BATCH`` or nicer
+  waits on the run queue by its own choice (on a busy host a ``SCHED_IDLE`` spinner waits for nearly the whole
+  stage), so its wait is the candidate's and cannot turn a hang into the host's ``infra_error``.
 
 Each limit has a generous wall-clock **backstop** (:func:`backstop_s`). When only the backstop fires, the host (not
 the candidate) was too slow: the verdict is ``infra_error`` (retried by the pools, never scored), not a
@@ -80,15 +83,34 @@ def has_schedstat() -> bool:
     return (_PROC / "self" / "schedstat").exists()
 
 
-def _thread_delays(pid: int) -> dict[str, float]:
+def _demoted(task: Path, base_nice: int) -> bool:
+    """True when the thread at ``task`` asked to wait: a scheduling policy other than ``SCHED_OTHER``
+    (``SCHED_IDLE`` runs only when a core has nothing else to do, ``SCHED_BATCH`` yields to interactive work) or a
+    nice value above the one the worker started with. Such a thread's run-queue wait is what it chose, not what the
+    host did to it (fields 19 and 41 of ``/proc/<pid>/task/<tid>/stat``, proc(5)); a thread that cannot be read
+    counts as demoted, so it never lowers the candidate's own time."""
+    try:
+        text = (task / "stat").read_text()
+        fields = text[text.rindex(")") + 2 :].split()
+        return int(fields[38]) != os.SCHED_OTHER or int(fields[16]) > base_nice
+    except (OSError, ValueError, IndexError):
+        return True
+
+
+def _thread_delays(pid: int, base_nice: int | None = None) -> dict[str, float]:
+    """Run-queue delay (seconds) per thread of ``pid``; with ``base_nice``, only of threads that did not demote
+    themselves (:func:`_demoted`), whose delay is then the host's doing."""
     out: dict[str, float] = {}
     try:
         tids = os.listdir(_PROC / str(pid) / "task")
     except OSError:
         return out
     for tid in tids:
+        task = _PROC / str(pid) / "task" / tid
         with contextlib.suppress(OSError, ValueError, IndexError):
-            out[tid] = int((_PROC / str(pid) / "task" / tid / "schedstat").read_text().split()[1]) / 1e9
+            delay = int((task / "schedstat").read_text().split()[1]) / 1e9
+            if base_nice is None or not _demoted(task, base_nice):
+                out[tid] = delay
     return out
 
 
@@ -127,8 +149,11 @@ class StageClock:
     _excluded_s: float = 0.0
     _stopped_s: float = 0.0
     _sampled: float = 0.0
+    _base_nice: int = 0
 
     def __post_init__(self) -> None:
+        # Workers inherit the parent's nice value (no layer changes it): a thread above it lowered its own priority.
+        self._base_nice = os.getpriority(os.PRIO_PROCESS, 0)
         self.restart(self.limit_s)
 
     def restart(self, limit_s: float) -> None:
@@ -156,7 +181,7 @@ class StageClock:
         self._sampled = t
         wall = t - self._t0 - self._excluded_s
         cpu = (tree_cpu_seconds(self.pid) or self._cpu0) - self._cpu0
-        now = _thread_delays(self.pid)
+        now = _thread_delays(self.pid, self._base_nice)  # a thread that demoted itself waits by its own choice
         waited = max((d - self._delay0.get(tid, 0.0) for tid, d in now.items()), default=0.0)
         waited += 0.0 if self.stops_are_own else self._stopped_s
         return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "own_s": round(max(0.0, wall - waited), 3)}

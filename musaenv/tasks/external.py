@@ -98,7 +98,9 @@ def _apply(task: Task, d: Derivation) -> Task:
         )
         for tier, infos in d.info.items()
     }
-    return replace(task, shapes=shapes or task.shapes, warnings=tuple(d.warnings), footprint_bytes=footprint)
+    return replace(
+        task, shapes=shapes or task.shapes, warnings=tuple(d.warnings), footprint_bytes=footprint, notes=tuple(d.notes)
+    )
 
 
 def derive_task(task: Task, config: ShapeConfig | None = None, client: ProbeClient | None = None) -> Task:
@@ -167,7 +169,8 @@ def load_suite(
 
 
 def listing(task: Task) -> dict[str, Any]:
-    """The ``musaenv tasks --dir --json`` entry of a task: id, level, dtype, tolerances, shapes, warnings."""
+    """The ``musaenv tasks --dir --json`` entry of a task: id, level, dtype, tolerances, shapes, warnings and the
+    notes saying why (a ``not_derived`` file's error)."""
     return {
         "id": task.id,
         "level": task.level,
@@ -178,6 +181,7 @@ def listing(task: Task) -> dict[str, Any]:
         "shapes": {tier: [dict(s) for s in shapes] for tier, shapes in task.shapes.items()},
         "footprint_bytes": {tier: list(v) for tier, v in task.footprint_bytes.items()},
         "warnings": list(task.warnings),
+        "notes": list(task.notes),
         "path": task.path,
     }
 

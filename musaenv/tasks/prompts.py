@@ -92,7 +92,8 @@ _KERNEL_RULE = {
   to PyTorch in try/except, no calls into cuBLAS/cuDNN or at::/torch:: compute inside C++.""",
     "kernelbench": """- ModelNew.forward must call your own kernels for the operators you replace; the others may stay
   in PyTorch (as in KernelBench), but only beside them: every call of forward must run at least one of your
-  kernels. No try/except anywhere, and no subclassing of the reference Model.""",
+  kernels, and your kernels must take at least 80% of forward's compute time (a kernel that only copies what
+  torch computed is refused). No try/except anywhere, and no subclassing of the reference Model.""",
     "permissive": """- ModelNew.forward must call your own kernels on every call; torch compute beside them is reported,
   not refused. No fallback to PyTorch in try/except.""",
     "off": "- Only the rules below are enforced.",

@@ -54,6 +54,8 @@ class Task:
             the file's sizes could not be varied); set by shape derivation (:mod:`musaenv.tasks.derive`).
         footprint_bytes: Tier -> per shape, the bytes of one reference call's inputs, outputs and parameters,
             measured on the ``meta`` device by derivation (``None``: unknown). Empty when not derived.
+        notes: Why derivation flagged what it flagged, in sentences (e.g. the error that left a file
+            ``not_derived``); empty when not derived.
     """
 
     id: str
@@ -68,6 +70,7 @@ class Task:
     path: str | None = None
     warnings: tuple[str, ...] = ()
     footprint_bytes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     def shapes_for(self, tier: str) -> tuple[Shape, ...]:
         """Shapes of a tier (``cpu`` or ``gpu``); falls back to the other tier, then to the file's globals."""

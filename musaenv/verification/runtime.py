@@ -6,8 +6,11 @@ a run with the last kernel's output overwritten, and a second timing taken with 
 candidate loaded. This module judges them, in the parent, where the candidate cannot reach:
 
 * ``forbidden_aten_op``: aten compute outside the MusaCoder allowlist ran in forward, from Python or from the
-  extension's own C++ (HACKS S1-S5); an error under the ``strict`` policy, a warning plus a coverage number under
-  ``permissive``.
+  extension's own C++ (HACKS S1-S5); an error under the ``strict`` policy, a warning plus the kernel coverage
+  (:mod:`musaenv.verification.coverage`) under ``kernelbench`` and ``permissive``.
+* ``low_kernel_coverage`` (``kernelbench``): with that torch compute, the candidate's own kernels
+  took less than :data:`~musaenv.verification.coverage.KERNEL_COVERAGE_FLOOR` of the compute time, or compute was
+  hidden from the profiler (S4: torch does the work, a kernel copies the result).
 * ``no_kernel_call``: some call of forward never returned from the candidate's extension (S1-S3).
 * ``output_not_from_kernel``: overwriting the last kernel call's result left the output unchanged (S3).
 * ``output_independent_of_input``: the reference output changed between two trials, the candidate's did not
@@ -33,6 +36,14 @@ import numpy as np
 
 from musaenv.config import EvalConfig
 from musaenv.verification.compare import compare_outputs
+from musaenv.verification.coverage import (
+    ALLOWED_ATEN_OPS,
+    FLOOR_POLICIES,
+    KERNEL_COVERAGE_FLOOR,
+    forbidden_ops,
+    is_allowed_aten_op,
+    kernel_coverage,
+)
 
 __all__ = [
     "ALLOWED_ATEN_OPS",
@@ -45,28 +56,11 @@ __all__ = [
     "is_allowed_aten_op",
 ]
 
-# Tensor creation and plumbing that MusaCoder allows in ModelNew.forward (paper appendix, as transcribed in
-# REFERENCES.md), plus the internal names the profiler shows for them (aten::_reshape_alias for reshape,
-# aten::lift_fresh for torch.tensor, aten::_local_scalar_dense for item, ...). Everything else under aten:: is compute.
-ALLOWED_ATEN_OPS = frozenset(
-    """
-    empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like new_ones
-    full full_like new_full fill_ zero_ scalar_tensor arange linspace rand rand_like randn randn_like randint
-    randint_like randperm uniform_ normal_ random_ lift lift_fresh lift_fresh_copy set_
-    view view_as _reshape_alias reshape reshape_as _unsafe_view flatten unflatten squeeze squeeze_ unsqueeze
-    unsqueeze_ permute movedim moveaxis transpose transpose_ t t_ numpy_T mT mH adjoint swapaxes swapdims expand
-    expand_as broadcast_to as_strided as_strided_ select slice narrow split split_with_sizes chunk unbind unfold
-    diagonal alias detach detach_ view_as_real view_as_complex resolve_conj resolve_neg
-    contiguous clone copy_ _copy_from _copy_from_and_resize resize_ resize_as_ to _to_copy type_as
-    item _local_scalar_dense is_nonzero stride size numel dim is_contiguous sym_size sym_stride sym_numel
-    is_same_size result_type _has_compatible_shallow_copy_type
-    _assert_async _assert_scalar _assert_tensor_metadata _functional_assert_async allclose equal
-    """.split()  # noqa: SIM905 - a word list reads better than 110 literals
-)
-
 #: Every flag this module (and the worker's per-trial checks) can raise, with the sentence the policy reads.
 RUNTIME_FLAGS: dict[str, str] = {
     "forbidden_aten_op": "aten compute outside the tensor-plumbing allowlist ran during forward (S1-S5)",
+    "low_kernel_coverage": "torch compute ran in forward and the candidate's own kernels took less than the required "
+    "share of the compute time (S4)",
     "no_kernel_call": "a call of forward did not run the candidate's compiled kernel (S1-S3)",
     "output_not_from_kernel": "the output did not change when the last kernel's result was overwritten (S3 decoy)",
     "output_independent_of_input": "the output did not follow the input where the reference did (S6, S7)",
@@ -137,31 +131,19 @@ class RuntimeFindings:
             self.messages.append(f"{'error' if error else 'warning'}: {RUNTIME_FLAGS.get(flag, flag)}: {detail}")
 
 
-def is_allowed_aten_op(name: str) -> bool:
-    """True for ``aten::`` plumbing ops in :data:`ALLOWED_ATEN_OPS` (and ``aten::_cast_*`` casts)."""
-    short = name.removeprefix("aten::")
-    return short in ALLOWED_ATEN_OPS or short.startswith("_cast_")
-
-
-def forbidden_ops(ops: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The profiled outermost aten ops that are compute (not in the allowlist)."""
-    return [op for op in ops if str(op.get("name", "")).startswith("aten::") and not is_allowed_aten_op(op["name"])]
-
-
 def _profile_findings(profile: Mapping[str, Any], policy: str, out: RuntimeFindings) -> None:
     if not profile.get("ok"):
-        error = policy == "strict" and bool(profile.get("preflight_ok"))  # it worked before the candidate loaded
-        out.add("profile_unavailable", str(profile.get("error", "no profile"))[:300], error=error)
+        # It worked before the candidate loaded, so the candidate broke it: an error under every profiled policy,
+        # or switching the profiler off would also switch off the kernel-coverage floor.
+        out.add(
+            "profile_unavailable",
+            str(profile.get("error", "no profile"))[:300],
+            error=bool(profile.get("preflight_ok")),
+        )
         return
     bad = forbidden_ops(profile.get("ops", []))
-    wall = float(profile.get("wall_us") or 0.0)
-    torch_us = sum(float(op.get("cpu_us", 0.0)) for op in bad)
-    cov: dict[str, Any] = {"cpu": None if wall <= 0 else round(max(0.0, 1.0 - torch_us / wall), 4)}
-    dev_total = profile.get("device_total_us")
-    if dev_total:
-        dev_bad = sum(float(op.get("device_us", 0.0)) for op in bad)
-        cov["device"] = round(max(0.0, 1.0 - dev_bad / float(dev_total)), 4)
-    out.extra["coverage"] = cov
+    cov = kernel_coverage(profile)
+    out.extra["coverage"] = cov.to_dict()
     out.extra["forbidden_ops"] = sorted({str(op["name"]) for op in bad})
     # Ops that reached the dispatcher (the recording mode saw them) but left no profiler event at all: RecordFunction
     # was switched off around them. Allowed composite ops are explained by their own events, so only these count.
@@ -174,7 +156,22 @@ def _profile_findings(profile: Mapping[str, Any], policy: str, out: RuntimeFindi
     out.extra["hidden_ops"] = hidden
     if bad or hidden:
         names = ", ".join([*out.extra["forbidden_ops"][:8], *(f"{n} (hidden from the profiler)" for n in hidden[:4])])
-        out.add("forbidden_aten_op", f"{names} (custom-kernel coverage {cov['cpu']})", error=policy == "strict")
+        out.add("forbidden_aten_op", f"{names} (kernel coverage {_percent(cov.ratio)})", error=policy == "strict")
+    if policy not in FLOOR_POLICIES:
+        return  # strict refuses every forbidden op already; permissive reports the coverage
+    if hidden:  # never honest, and on a device its time is not measured at all
+        out.add("low_kernel_coverage", "compute was hidden from the profiler: the kernels' share cannot be measured")
+    elif bad and cov.below():
+        out.add(
+            "low_kernel_coverage",
+            f"{_percent(cov.ratio)} of the compute time ({cov.basis}) ran in the candidate's kernels "
+            f"({cov.own_kernel_us:.0f} us against {cov.forbidden_torch_us:.0f} us of torch compute: "
+            f"{', '.join(out.extra['forbidden_ops'][:4])}); at least {KERNEL_COVERAGE_FLOOR:.0%} is required",
+        )
+
+
+def _percent(ratio: float | None) -> str:
+    return "unknown" if ratio is None else f"{ratio:.0%}"
 
 
 def _bits_equal(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:

@@ -2,10 +2,17 @@
 
 Worker side (imports torch). :func:`profile_call` is what :class:`~musaenv.verification.runtime_probe.RuntimeGuard`
 runs on the repeat of trial 1; :mod:`musaenv.verification.runtime` judges the report in the parent.
+
+Kernel time (:mod:`musaenv.verification.coverage`): during that forward every call into the candidate's own kernels
+runs inside :class:`KernelTime`, a profiler range (device time on CUDA) that also takes the thread's CPU time of
+the call; the op-recording mode takes the CPU time of every aten op. CPU time, not the profiler's wall-clock
+durations: on the shared 2-core development machines a 2 MB copy measured from 0.3 to 60 ms of wall time in one
+profiled forward (the process was descheduled), which decided the coverage either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -13,9 +20,19 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["profile_call"]
+__all__ = ["KernelTime", "profile_call"]
 
-_PERF_NS = time.perf_counter_ns  # bound at import, before any candidate code runs
+# Bound at import, before any candidate code runs.
+_PERF_NS = time.perf_counter_ns
+# The calling thread's CPU time: the process's is only as fine as the scheduler tick (4 ms) once a CPU-time limit is
+# set (RLIMIT_CPU arms the process timer), and the worker has one. Intra-op threads (cpu_threads > 1) are not
+# counted; the default is 1.
+_CPU_NS = time.thread_time_ns
+# The profiler range around each kernel call: the C++ range costs ~0.5 us a call and no dispatcher op (measured
+# here; record_function costs ~8 us and shows up as profiler:: ops in the recording mode).
+_RANGE: Callable[[str], Any] = getattr(torch._C._profiler, "_RecordFunctionFast", None) or (
+    torch.autograd.profiler.record_function
+)
 
 
 def _ancestors(event: Any) -> Iterator[Any]:
@@ -25,33 +42,53 @@ def _ancestors(event: Any) -> Iterator[Any]:
         parent = getattr(parent, "cpu_parent", None)
 
 
-def _summarise(events: Sequence[Any]) -> dict[str, Any]:
-    """Outermost aten ops (no aten ancestor: their children are implementation details) and other named ops."""
+def _summarise(events: Sequence[Any], span: str | None = None) -> dict[str, Any]:
+    """Outermost aten ops (no aten ancestor: their children are implementation details) and other named ops.
+
+    ``span`` names the range put around each kernel call (:class:`KernelTime`): the device time of the outermost
+    such ranges is ``kernel_device_us``, and each aten op's device time inside one is kept apart (its
+    ``kernel_device_us``) so that the parent can take torch compute the kernels called out of the kernels' time.
+    """
     ops: dict[str, dict[str, Any]] = {}
     other: set[str] = set()
-    device_total = 0.0
+    device_total = kernel_device = 0.0
     for e in events:
         name = str(e.name)
         device_total += float(getattr(e, "self_device_time_total", 0.0) or 0.0)
+        device_us = float(getattr(e, "device_time_total", 0.0) or 0.0)
+        names = [str(a.name) for a in _ancestors(e)]
+        if span is not None and name == span:
+            kernel_device += 0.0 if span in names else device_us  # a kernel called back from a kernel: once
+            continue
         if not name.startswith("aten::"):
             if "::" in name and not name.startswith(("profiler::", "prim::")):
                 other.add(name)
             continue
-        if any(str(a.name).startswith("aten::") for a in _ancestors(e)):
+        if any(n.startswith("aten::") for n in names):
             continue
-        op = ops.setdefault(name, {"name": name, "count": 0, "cpu_us": 0.0, "device_us": 0.0})
+        op = ops.setdefault(name, {"name": name, "count": 0, "cpu_us": 0.0, "device_us": 0.0, "kernel_device_us": 0.0})
         op["count"] += 1
         op["cpu_us"] += float(e.cpu_time_total)
-        op["device_us"] += float(getattr(e, "device_time_total", 0.0) or 0.0)
-    return {"ops": list(ops.values()), "other_ops": sorted(other), "device_total_us": device_total or None}
+        op["device_us"] += device_us
+        if span is not None and span in names:
+            op["kernel_device_us"] += device_us
+    return {
+        "ops": list(ops.values()),
+        "other_ops": sorted(other),
+        "device_total_us": device_total or None,
+        "kernel_device_us": kernel_device,
+    }
 
 
 class _OpRecorder(TorchDispatchMode):
-    """Names of the ops that reach the Python dispatch key, which ``at::RecordFunctionGuard`` does not switch off."""
+    """Names of the ops that reach the Python dispatch key, which ``at::RecordFunctionGuard`` does not switch off,
+    and the thread CPU time of each (the outermost ones: the mode is off while an op it intercepted runs)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.names: set[str] = set()
+        self.cpu_ns: dict[str, list[int]] = {}  # name -> [CPU time, the part of it inside kernel calls]
+        self.in_kernel = 0  # kernel calls in progress (KernelTime)
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -60,11 +97,58 @@ class _OpRecorder(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.names.add(str(func._schema.name))
-        return func(*args, **(kwargs or {}))
+        name = str(func._schema.name)
+        self.names.add(name)
+        t0 = _CPU_NS()
+        try:
+            return func(*args, **(kwargs or {}))
+        finally:
+            spent = self.cpu_ns.setdefault(name, [0, 0])
+            took = _CPU_NS() - t0
+            spent[0] += took
+            spent[1] += took if self.in_kernel else 0
+
+    def cpu_report(self) -> dict[str, list[float]]:
+        """Op name -> [CPU us, CPU us inside kernel calls]."""
+        return {name: [ns / 1e3 for ns in spent] for name, spent in sorted(self.cpu_ns.items())}
 
 
-def profile_call(fn: Callable[[], Any], device: torch.device) -> tuple[Any, dict[str, Any]]:
+class KernelTime:
+    """What each call into the candidate's kernels runs in during the profiled forward (``KernelCalls.span``).
+
+    Args:
+        name: The profiler range's name: unguessable, so that the candidate cannot open a range that reads as its
+            kernels' (:class:`~musaenv.verification.runtime_probe.RuntimeGuard` draws it).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls = 0
+        self.cpu_ns = 0
+        self.recorder: _OpRecorder | None = None
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        """One kernel call: a profiler range, and its thread CPU time unless it runs inside another kernel call."""
+        rec = self.recorder
+        outer = rec is None or not rec.in_kernel
+        if rec is not None:
+            rec.in_kernel += 1
+        t0 = _CPU_NS()
+        try:
+            with _RANGE(self.name):
+                yield
+        finally:
+            if outer:
+                self.calls += 1
+                self.cpu_ns += _CPU_NS() - t0
+            if rec is not None:
+                rec.in_kernel -= 1
+
+
+def profile_call(
+    fn: Callable[[], Any], device: torch.device, kernels: KernelTime | None = None
+) -> tuple[Any, dict[str, Any]]:
     """Run ``fn`` under the autograd profiler (CPU; CUDA activity too on a CUDA device) and an op-recording mode.
 
     Uses :class:`torch.autograd.profiler.profile` rather than :mod:`torch.profiler`, whose first use imports
@@ -72,9 +156,17 @@ def profile_call(fn: Callable[[], Any], device: torch.device) -> tuple[Any, dict
     A :class:`~torch.utils._python_dispatch.TorchDispatchMode` records op names as well: the profiler misses ops run
     under ``at::RecordFunctionGuard(false)``, the mode does not (neither sees kernels called past the dispatcher).
 
+    Args:
+        fn: The call to profile (one forward).
+        device: The evaluation device.
+        kernels: What the caller runs each kernel call in during ``fn`` (a fresh one per call of this function),
+            or ``None`` when kernel calls are not timed.
+
     Returns:
         ``fn``'s result and a JSON-safe report (``ok``, ``wall_us``, ``ops``, ``other_ops``, ``device_total_us``,
-        ``seen``: every event name, ``dispatched``: every op the mode saw).
+        ``kernel``: calls, CPU time and device time inside the candidate's kernels (``None`` without
+        ``kernels``), ``op_cpu_us``: the CPU time of every op the mode saw, ``seen``: every event name but the
+        kernel range's, ``dispatched``: every op the mode saw).
     """
     from torch.autograd import profiler
 
@@ -88,6 +180,9 @@ def profile_call(fn: Callable[[], Any], device: torch.device) -> tuple[Any, dict
         report: dict[str, Any] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
         return fn(), report
     recorder = _OpRecorder()
+    span = None if kernels is None else kernels.name
+    if kernels is not None:
+        kernels.recorder = recorder
     t0 = _PERF_NS()
     try:
         with recorder:
@@ -97,8 +192,15 @@ def profile_call(fn: Callable[[], Any], device: torch.device) -> tuple[Any, dict
         prof.__exit__(None, None, None)
     try:
         events = list(prof.function_events)
-        report = {"ok": True, "wall_us": wall_us, **_summarise(events), "dispatched": sorted(recorder.names)}
-        report["seen"] = sorted({str(e.name) for e in events})
+        report = {"ok": True, "wall_us": wall_us, **_summarise(events, span), "dispatched": sorted(recorder.names)}
+        report["seen"] = sorted({str(e.name) for e in events} - {span})
+        report["op_cpu_us"] = recorder.cpu_report()
+        device_us = report.pop("kernel_device_us")
+        report["kernel"] = None if kernels is None else _kernel_report(kernels, device_us)
     except Exception as e:  # malformed event tree: report, do not guess
         report = {"ok": False, "error": f"{type(e).__name__}: {e}"}
     return result, report
+
+
+def _kernel_report(kernels: KernelTime, device_us: float) -> dict[str, Any]:
+    return {"calls": kernels.calls, "cpu_us": kernels.cpu_ns / 1e3, "device_us": device_us}

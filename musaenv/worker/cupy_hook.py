@@ -58,9 +58,9 @@ class _Launcher:
     def __call__(self, launch: Callable[..., Any], grid: Any, block: Any, args: Sequence[Any], kw: Any) -> Any:
         # A parameter requires grad, and torch refuses __cuda_array_interface__ then: the kernel reads its memory.
         args = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
-        with self._torch_stream():
-            result = launch(grid, block, args, **kw)
         calls = self.state.calls
+        with self._torch_stream(), calls.around():
+            result = launch(grid, block, args, **kw)
         calls.count += 1
         if calls.hook is not None:
             calls.hook(calls.count, tuple(self._as_torch(a) for a in args), {}, None)
@@ -107,7 +107,8 @@ def _compile_check(state: BuildState, obj: Any, what: str, compile_only: bool, n
         except cupy.cuda.compiler.CompileException as e:
             ok, log = False, str(e)
     seconds = round(time.perf_counter() - start, 4)
-    state.builds.append({"name": what, "ok": ok, "seconds": seconds, "cached": False, "kind": "cupy"})
+    state.builds.append({"name": what, "ok": ok, "seconds": seconds, "cached": False, "tier": "nvrtc",
+                         "declined": [], "kind": "cupy"})  # fmt: skip
     if not ok:
         state.failed.append(log)
         raise BuildFailedError(f"compiling CuPy {what} failed:\n{log}")

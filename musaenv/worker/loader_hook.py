@@ -47,6 +47,8 @@ class CompiledOnlyModule(types.ModuleType):
 
 
 CallHook = Callable[[int, tuple[Any, ...], dict[str, Any], Any], None]
+#: Makes the context one kernel call runs in (the runtime guard's profiler span around each call).
+CallSpan = Callable[[], contextlib.AbstractContextManager[Any]]
 
 
 @dataclass
@@ -57,18 +59,29 @@ class KernelCalls:
         count: Calls that returned (a call that raised is not counted: the kernel did not produce anything).
         wrapped: Extension functions wrapped so far.
         hook: Called as ``hook(count, args, kwargs, result)`` after each counted call (the perturbation probe).
+        span: When set, each counted call runs inside ``span()`` (the runtime guard sets it to a profiler range
+            while it profiles one forward, so the time spent inside the candidate's own kernels can be measured).
     """
 
     count: int = 0
     wrapped: int = 0
     hook: CallHook | None = None
+    span: CallSpan | None = None
+
+    def around(self) -> contextlib.AbstractContextManager[Any]:
+        """The context one counted call runs in: :attr:`span`'s, or nothing."""
+        return contextlib.nullcontext() if self.span is None else self.span()
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """A counting wrapper around one extension function."""
 
         @functools.wraps(fn)
         def kernel_call(*args: Any, **kwargs: Any) -> Any:
-            result = fn(*args, **kwargs)
+            if self.span is None:
+                result = fn(*args, **kwargs)
+            else:
+                with self.span():
+                    result = fn(*args, **kwargs)
             self.count += 1
             if self.hook is not None:
                 self.hook(self.count, args, kwargs, result)
@@ -99,7 +112,9 @@ class KernelCalls:
 
 @dataclass
 class BuildState:
-    """Builds requested by this candidate (reported to the parent with the result)."""
+    """Builds requested by this candidate (whether any was, for the compile-only drive). The parent keeps its own
+    record of the builds it served (their tiers and times); of the builds reported with the result it takes only
+    CuPy kernels, which compile here."""
 
     chan: Channel
     backend: str

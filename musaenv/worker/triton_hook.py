@@ -74,7 +74,8 @@ def _counted_run(
             return run(self, *args, grid=grid, warmup=warmup, **kwargs)
         # Under the CUDA view, the interpreter and the call hook see plain CPU tensors (the view is off here).
         with torch._C.DisableTorchFunction() if plain else contextlib.nullcontext():
-            result = run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            with calls.around():
+                result = run(self, *args, grid=grid, warmup=warmup, **kwargs)
             calls.count += 1
             if calls.hook is not None:
                 calls.hook(calls.count, args, kwargs, None)

@@ -27,6 +27,7 @@ from musaenv.rewards import candidate_score
 from musaenv.tasks.builtin import get_task
 from musaenv.tasks.task import Task, load_task_file
 from musaenv.types import EvalResult, Stage
+from musaenv.verification.coverage import KERNEL_COVERAGE_FLOOR
 from tests.adversarial.containment import Traps, become_subreaper, stray_processes, traps
 from tests.adversarial.kernels import CANDIDATES_DIR, DATA_DIR, render
 
@@ -63,6 +64,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "s03_decoy_torch": ("relu", ("forbidden_aten_op",)),
     "s03_decoy_numpy": ("relu", ("output_not_from_kernel",)),
     "s04_partial": ("relu", ("forbidden_aten_op",)),
+    "s04_softmax_copy": ("softmax", ("forbidden_aten_op",)),
     "s05_aten_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s05_method_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s05_adl_in_cpp": ("relu", ("forbidden_aten_op",)),
@@ -128,15 +130,18 @@ BINARY = {
 BUILD_TEXT = ("b01_disk_full_text", "b02_pch_refusal_text")
 # Numerically unsafe kernels, right on the task's own randn: refused by the stress trials (scaled or offset
 # inputs) -> the task they run on.
-STRESS = {"n01_softmax_no_max": "softmax", "n02_one_pass_layernorm": "layernorm"}
+STRESS = {"n01_softmax_no_max": "plain_softmax", "n02_one_pass_layernorm": "layernorm"}
 # Honest idioms every defence must accept -> the task they run on.
 HONEST = {
     "honest_class_kernel": "relu",
     "honest_module_list": "linear",
     "honest_getattr_ext": "relu",
-    "honest_softmax_max": "softmax",
+    "honest_softmax_max": "plain_softmax",
     "honest_layernorm_two_pass": "layernorm",
 }
+# Honest under the kernelbench policy (a small op left to torch, which strict refuses) -> the task they run on.
+KERNELBENCH_HONEST = {"honest_softmax_small_op": "softmax"}
+KERNELBENCH = EvalConfig(static_policy="kernelbench", run_timeout_s=10.0, timing=TIMING)
 
 
 @dataclasses.dataclass
@@ -148,7 +153,7 @@ class Suite:
 
     def evaluate(self, mode: str, name: str, seed: int = 1) -> EvalResult:
         """Evaluate candidate ``name`` on its task under ``mode``; assert it stayed contained."""
-        task_key = CASES[name][0] if name in CASES else {**HONEST, **STRESS}.get(name, "relu")
+        task_key = CASES[name][0] if name in CASES else {**HONEST, **STRESS, **KERNELBENCH_HONEST}.get(name, "relu")
         ev = self.runtime if mode == "runtime" else self.full
         result = ev.evaluate(self.tasks[task_key], render(name, **self.traps.subs()), seed=seed)
         assert stray_processes([self.runtime, self.full]) == [], f"{name} left processes running"
@@ -169,8 +174,14 @@ def suite() -> Iterator[Suite]:
         shapes={"cpu": ({"batch_size": 8, "in_features": 64, "out_features": 32},
                         {"batch_size": 3, "in_features": 33, "out_features": 17})},
     )  # fmt: skip
-    tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py"), "linear": linear}
-    tasks |= {"softmax": load_task_file(DATA_DIR / "plain_softmax.py"), "layernorm": get_task("l1_layernorm")}
+    softmax = get_task("l1_softmax")
+    softmax = dataclasses.replace(
+        softmax,
+        id="l1_softmax_small",
+        shapes={"cpu": ({"batch_size": 64, "dim": 4096}, {"batch_size": 7, "dim": 1001})},
+    )
+    tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py"), "linear": linear, "softmax": softmax}
+    tasks |= {"plain_softmax": load_task_file(DATA_DIR / "plain_softmax.py"), "layernorm": get_task("l1_layernorm")}
     with traps(_env.cache_dir() / "ext") as t:
         runtime, full = RuntimeOnlyEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
         try:
@@ -193,7 +204,7 @@ def test_candidate_files_match_the_table() -> None:
     files = {p.stem for p in CANDIDATES_DIR.glob("*.py")}
     cases = set(CASES) | set(STATIC_ONLY) | set(POINTER_CACHES) | set(EVERY_CALL) | set(BINARY) | set(BUILD_TEXT)
     cases |= set(STRESS)
-    assert files == cases | {"honest_relu"} | set(HONEST)
+    assert files == cases | {"honest_relu"} | set(HONEST) | set(KERNELBENCH_HONEST)
     assert len(files) - 1 >= 30
 
 
@@ -232,9 +243,27 @@ def test_permissive_policy_reports_coverage_instead(suite: Suite) -> None:
         r = ev.evaluate(suite.tasks["relu"], render("s04_partial"), seed=2)
     assert r.stage is Stage.CORRECT, _describe(r)
     assert "forbidden_aten_op" in r.warnings and "forbidden_aten_op" not in r.flags
-    coverage = r.extra["runtime"]["coverage"]["cpu"]
-    assert 0.0 <= coverage < 1.0
+    coverage = r.extra["runtime"]["coverage"]
+    assert 0.0 <= coverage["kernel"] < 1.0 and coverage["basis"] == "host"
+    assert coverage["own_kernel_us"] > 0 and coverage["forbidden_torch_us"] > 0
     assert r.extra["runtime"]["forbidden_ops"] == ["aten::relu"]
+
+
+def test_kernelbench_policy_needs_the_kernel_to_do_the_work(suite: Suite) -> None:
+    """torch.softmax plus a memcpy "kernel" was correct under kernelbench (coverage read 0.94 from wall time): the
+    kernels' share of the compute time is below the floor on every one of 5 runs. Kernels doing the softmax with one
+    small op left to torch stay correct, their coverage above the floor."""
+    with LocalEvaluator("cpu", KERNELBENCH) as ev:
+        for seed in range(1, 6):
+            r = ev.evaluate(suite.tasks["softmax"], render("s04_softmax_copy"), seed=seed)
+            _no_reward(r)
+            assert r.stage is Stage.CHEATING and r.flags == ("low_kernel_coverage",), f"run {seed}: {_describe(r)}"
+            assert r.extra["runtime"]["coverage"]["kernel"] < KERNEL_COVERAGE_FLOOR, _describe(r)
+        for name, task in KERNELBENCH_HONEST.items():
+            r = ev.evaluate(suite.tasks[task], render(name), seed=6)
+            assert r.stage is Stage.CORRECT and not r.flags, _describe(r)
+            assert "forbidden_aten_op" in r.warnings, _describe(r)  # the small op is torch compute, reported
+            assert r.extra["runtime"]["coverage"]["kernel"] >= KERNEL_COVERAGE_FLOOR, _describe(r)
 
 
 @pytest.mark.parametrize("name", POINTER_CACHES)

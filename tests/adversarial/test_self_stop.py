@@ -10,6 +10,7 @@ verdict), quickly. The backstop is shortened so that a route left open fails the
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -188,3 +189,53 @@ def test_the_channel_cannot_hold_the_evaluator(ev: LocalEvaluator, route: str) -
     assert took < 60, took
     honest = _TEMPLATE.replace("ROUTE", "pass").replace(" + 1.0", "")
     assert ev.evaluate(get_task(TASK), honest, seed=2).stage is Stage.CORRECT
+
+
+_DEMOTED_HANG = """
+import os, threading
+import torch
+def _spin():
+    try:
+        DEMOTE
+    except OSError:
+        pass
+    while True:
+        pass
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        spinners = [threading.Thread(target=_spin, daemon=True) for _ in os.sched_getaffinity(0)]
+        for t in spinners:
+            t.start()
+        for t in spinners:
+            t.join()  # never: the hang
+        return torch.relu(x)
+"""
+_DEMOTIONS = {
+    "sched_idle": "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))",
+    "sched_batch_nice_19": (
+        "os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0)); "
+        "os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)"
+    ),
+}
+
+
+@pytest.mark.parametrize("demotion", list(_DEMOTIONS))
+def test_a_candidate_cannot_demote_itself_into_infra_error(ev: LocalEvaluator, demotion: str) -> None:
+    """A hang whose spinning threads made themselves SCHED_IDLE (or batch and nice 19), on a host whose cores are
+    busy: the spinners sit on the run queue for nearly the whole stage. Counted as the host's delay, that made the
+    candidate's own time stand still and the backstop's unscored infra_error decide (a free retry for a hang); the
+    wait of a thread that lowered its own priority is its own, so the hang is the candidate's timeout."""
+    import subprocess
+    import sys
+
+    busy = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(2 * len(os.sched_getaffinity(0)))
+    ]
+    try:
+        r = ev.evaluate(get_task(TASK), _DEMOTED_HANG.replace("DEMOTE", _DEMOTIONS[demotion]), seed=1)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert r.stage is Stage.TIMEOUT, r.to_dict()

@@ -60,6 +60,46 @@ def test_tasks_dir_json_lists_derived_shapes_and_warnings(
     assert all(isinstance(s, dict) for tier in row["shapes"].values() for s in tier)
 
 
+UNDERIVABLE_TASK = """import torch
+import torch.nn as nn
+
+N = 16
+
+
+class Model(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ torch.ones(N + 1, 3)  # a size mistake: the reference fails at the file's own sizes
+
+
+def get_inputs():
+    return [torch.rand(N, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_tasks_dir_says_why_a_file_is_not_derived(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    """A folder's file whose shapes cannot be derived is listed with the reference's error, not the bare flag:
+    in the text listing (under the entry) and in the JSON (``notes``)."""
+    monkeypatch.setenv("MUSAENV_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "kb" / "level1").mkdir(parents=True)
+    (tmp_path / "kb" / "level1" / "bad_sizes.py").write_text(UNDERIVABLE_TASK)
+    assert main(["tasks", "--dir", str(tmp_path / "kb")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(i for i, ln in enumerate(out) if ln.startswith("level1/bad_sizes"))
+    assert "[not_derived]" in out[head], out
+    why = [ln for ln in out[head + 1 :] if ln.startswith("    why: ")]
+    assert why and "does not run at the file's sizes" in why[0] and "RuntimeError" in why[0], out
+    assert out[-1].endswith("1 not derived"), out
+    assert main(["tasks", "--dir", str(tmp_path / "kb"), "--json"]) == 0  # cached: the note is kept with it
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["warnings"] == ["not_derived"] and "RuntimeError" in " ".join(row["notes"]), row
+
+
 SLOW_TASK = '''import time
 import torch
 import torch.nn as nn

@@ -79,6 +79,50 @@ def test_starved_worker_is_not_charged_for_the_wait() -> None:
     assert u["own_s"] >= 0.8 * u["cpu_s"], u  # while still counting what it ran
 
 
+_DEMOTED = """
+import os, threading, time
+def spin():
+    {demote}
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not has_schedstat(), reason="this kernel reports no run-queue delays")
+@pytest.mark.parametrize(
+    "demote",
+    [
+        "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))",
+        "os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)",
+    ],
+    ids=["sched_idle", "nice_19"],
+)
+def test_a_thread_that_demoted_itself_cannot_make_a_hang_the_hosts(demote: str) -> None:
+    """A hang beside a spinner that lowered its own priority, on a core busy with other work: the spinner waits on
+    the run queue for nearly the whole stage. Its wait is its own choice, so the hang reaches the candidate's own
+    limit (a timeout), not the backstop (the host's unscored infra_error)."""
+    cpu = max(os.sched_getaffinity(0))
+    busy = [_popen(BUSY) for _ in range(2)]
+    proc = _popen([sys.executable, "-c", _DEMOTED.format(demote=demote)])
+    try:
+        for p in (*busy, proc):
+            os.sched_setaffinity(p.pid, {cpu})
+        time.sleep(0.5)  # the spinner has started and demoted itself
+        clock = StageClock(proc.pid, limit_s=1.0)
+        deadline = time.monotonic() + 10.0
+        while (why := clock.over()) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        u = clock.usage()
+    finally:
+        for p in (*busy, proc):
+            p.kill()
+            p.wait()
+    assert why == "own", u
+    assert u["own_s"] >= 0.8 * u["wall_s"], u
+
+
 def test_sleeping_worker_is_charged() -> None:
     proc = _popen(["sleep", "30"])
     try:

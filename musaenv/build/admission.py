@@ -1,0 +1,134 @@
+"""Machine-wide admission of builds by the memory they need (parent side).
+
+Each evaluator process bounds its own concurrent builds (``configure_builds(max_parallel=...)``), but a pool runs
+one evaluator per worker process and a training host runs several pools, trainers and rollout servers: per-process
+bounds add up, and a 2-core, 24 GB host with four pool workers each starting a torch-header compile (1.5 GB each,
+more at ``-O3``) beside a trainer is where the kernel's OOM killer took compilers (issue #27). Admission here is
+across every musaenv process of this user that shares the key directory:
+
+* **Slots**: ``min(cores, MemTotal / need)`` lock files in the parent-only key directory (hidden from every sandbox,
+  so no candidate can hold them); a build holds one with ``flock`` while its builder runs. A process that dies drops
+  its lock with it: nothing to clean up, no stale count.
+* **Memory**: a slot admits a build only while ``MemAvailable`` covers what the build is known to need
+  (:data:`NEED_MB`, measured here), unless no other build holds a slot: one build always runs, so a host whose
+  memory is taken by someone else still makes progress (the build may then be OOM-killed; that kill is the
+  machine's, :mod:`musaenv.build.faults`, retried and never sealed).
+
+Waiting here is not the build's time: the builder's CPU limit and backstop start when it is launched. A wait is
+logged when it begins and every 30 s while it lasts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from musaenv import _env
+
+__all__ = ["NEED_MB", "admitted", "mem_available_mb", "slot_count"]
+
+log = logging.getLogger(__name__)
+
+#: Peak resident memory of one build's heaviest compiler, by kind (MB). ``cxx``: one C++ unit including
+#: ``torch/extension.h`` at ``-O3`` (cc1plus, g++ 12, torch 2.13): 1,497 MB measured with ``/usr/bin/time -v``
+#: here; a builder may run its binding unit and its kernel unit at once, but the binding unit of the fast tier is
+#: cached and the PCH tier's units share the header's pages, so one unit's peak is the need. ``cuda``: nvcc's host
+#: pass over the same headers is the same cc1plus; a plain kernel unit takes 184 MB, so the C++ figure covers both.
+NEED_MB = {"cxx": 1500, "cuda": 1500, "light": 300}
+_POLL_S = 0.25
+_LOG_EVERY_S = 30.0
+
+
+def mem_available_mb() -> float | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in MB (``None`` where the kernel does not report it)."""
+    return _meminfo("MemAvailable:")
+
+
+def _meminfo(field: str) -> float | None:
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def slot_count(need_mb: float) -> int:
+    """Builds admitted at once on this machine: one per core, no more than its total memory holds."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    total = _meminfo("MemTotal:")
+    by_memory = int(total // need_mb) if total else cores
+    return max(1, min(cores, by_memory))
+
+
+def _admission_dir() -> Path:
+    d = _env.key_dir() / "admission"
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d
+
+
+def _try_lock(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _others_idle(paths: list[Path], mine: Path) -> bool:
+    """True when no other slot is held (each other lock can be taken, and is released at once)."""
+    for p in paths:
+        if p == mine:
+            continue
+        fd = _try_lock(p)
+        if fd is None:
+            return False
+        os.close(fd)
+    return True
+
+
+@contextlib.contextmanager
+def admitted(
+    kind: str, what: str = "", *, available: Callable[[], float | None] = mem_available_mb, root: Path | None = None
+) -> Iterator[float]:
+    """Hold a machine-wide build slot while the body runs; yields the seconds spent waiting for it.
+
+    Args:
+        kind: A key of :data:`NEED_MB` (``cxx``, ``cuda``, ``light``).
+        what: The build's name, for the wait's log lines.
+        available: Reads the memory available now in MB (injected by tests).
+        root: The directory of the slot locks (default: ``admission`` in the parent-only key directory).
+    """
+    need = NEED_MB.get(kind, NEED_MB["cxx"])
+    root = root or _admission_dir()
+    paths = [root / f"slot-{i}.lock" for i in range(slot_count(need))]
+    start = time.monotonic()
+    next_log = start  # the first wait is said at once, then every 30 s
+    while True:
+        why = f"all {len(paths)} build slots on this machine are busy"
+        for p in paths:
+            fd = _try_lock(p)
+            if fd is None:
+                continue
+            mem = available()
+            if mem is None or mem >= need or _others_idle(paths, p):
+                waited = time.monotonic() - start
+                if waited >= _LOG_EVERY_S:
+                    log.info("build %s admitted after %.0f s waiting for memory or a slot", what, waited)
+                try:
+                    yield waited
+                finally:
+                    os.close(fd)  # closing the descriptor drops the lock
+                return
+            os.close(fd)
+            why = f"{mem:.0f} MB available < {need} MB needed while another build runs"
+        if time.monotonic() >= next_log:
+            log.info("build %s waits: %s", what, why)
+            next_log = time.monotonic() + _LOG_EVERY_S
+        time.sleep(_POLL_S)

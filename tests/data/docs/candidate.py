@@ -1,0 +1,1 @@
+../port/elementwise_add.cuda.py

@@ -1,0 +1,1 @@
+../port/raw_vector_add.cuda.cu

@@ -1,0 +1,1 @@
+../tasks/row_offset.py
