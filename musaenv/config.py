@@ -218,6 +218,13 @@ class EvalConfig(_Config):
             tell a candidate which calls will be checked. ``False`` makes plans a function of the seed alone:
             reproducible runs, at the price that a candidate which learns the seed can replay the plan and
             compute only the checked calls (docs/verification.md, "Secret plans").
+        stress_trials: Further correctness trials on the task's inputs with every floating-point tensor scaled
+            (x 50-100) or offset (x 8-16, + 32-48 times that), compared at the same tolerance; one counts only
+            where the reference's outputs are finite and agree with the reference run in float64
+            (docs/verification.md, "Stress trials"). They refuse kernels that are right only on the task's own
+            randn: a softmax without its max subtracted, a one-pass variance. ``None``: 2 under the ``strict``
+            policy, 0 under the others (``kernelbench`` keeps KernelBench's numbers comparable: its checker draws
+            only the task's inputs).
         timing: :class:`TimingConfig`.
         sandbox: :class:`SandboxConfig`.
     """
@@ -239,6 +246,7 @@ class EvalConfig(_Config):
     fork_server: bool = True
     triton_aot_arch: int | None = 90
     secret_plans: bool = True
+    stress_trials: int | None = None
     timing: TimingConfig = field(default_factory=TimingConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
 
@@ -271,6 +279,16 @@ class EvalConfig(_Config):
         for name in ("atol", "rtol"):
             v = getattr(self, name)
             _require(v is None or v >= 0, n, f"{name} None or >= 0", v, "Tolerances are non-negative.")
+        st = self.stress_trials
+        ok = st is None or (isinstance(st, int) and not isinstance(st, bool) and 0 <= st <= 16)
+        _require(ok, n, "stress_trials None or an int in 0..16", st, "None follows the policy; 0 turns them off.")
+
+    @property
+    def stress_count(self) -> int:
+        """Stress trials of each evaluation: ``stress_trials``, or by policy (2 under ``strict``, else 0)."""
+        if self.stress_trials is not None:
+            return self.stress_trials
+        return 2 if self.static_policy == "strict" else 0
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,8 @@ class LocalEvaluator:
         """
         if self.backend.compile_only:
             return self.tier
-        sets = self.config.num_trials + (plan_pool(self.config) if self.backend.device == "cpu" else 1)
+        cfg = self.config
+        sets = cfg.num_trials + cfg.stress_count + (plan_pool(cfg) if self.backend.device == "cpu" else 1)
         limit = self.config.sandbox.address_space_mb
         try:
             check_memory(task, self.tier, limit, sets)

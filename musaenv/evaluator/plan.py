@@ -12,7 +12,15 @@ import numpy as np
 from musaenv.config import EvalConfig
 from musaenv.tasks.task import Shape, Task
 
-__all__ = ["INTERPRETER_TIME_FACTOR", "EvalPlan", "first_use_calls", "interpreted_config", "make_plan", "plan_pool"]
+__all__ = [
+    "INTERPRETER_TIME_FACTOR",
+    "EvalPlan",
+    "StressTrial",
+    "first_use_calls",
+    "interpreted_config",
+    "make_plan",
+    "plan_pool",
+]
 
 RECHECK_CALLS = 2  # timed calls whose outputs are checked again against the reference (HACKS S11-S13)
 # Further timed calls, picked after the run, whose output fingerprints are checked: TimingConfig.probes (4), the
@@ -25,6 +33,42 @@ PROBE_CALLS = 4
 #: 12,900 program instances per launch needed 75 CPU s for its trials against the 60 s run limit and was charged a
 #: timeout. Trials on the interpreter get this many times the run limit; an endless kernel is still a timeout.
 INTERPRETER_TIME_FACTOR = 4.0
+
+# Stress trials (docs/verification.md, "Stress trials"): the task's inputs with every floating-point tensor
+# transformed as x * scale + offset, two kinds in turn. Numbers from a simulation of the layernorm task (fp32,
+# tolerance 1e-4, inputs of spread 2, hidden 512 and 1000, 21 to 4096 rows), as a share of the tolerance:
+# * offset trials: scale 8-16, offset 32-48 times the scale. The mean is then 16-24 times the spread: a one-pass
+#   variance E[x^2] - E[x]^2 in fp32 misses by 1.6-7 tolerances, a naive two-pass kernel summing in fp32 stays at
+#   0.2-0.65 and the fp32 reference at 0.06. (Offset 1000 at scale 1 is too far: there the reference's own rounding
+#   takes 0.6 of the tolerance and an honest fp32 two-pass kernel 5 tolerances.) Values of 256-768 overflow exp()
+#   (past 88.7 in fp32): a softmax without its max subtracted gives inf / inf = NaN.
+# * scale trials: scale 50-100, no offset. exp() overflows on any row holding a value above 1.77 (scale 50): 3.8 %
+#   of randn values, so nearly every row of 64 or more. A relative error of a stable kernel does not move.
+OFFSET_TRIAL_SCALE = (8.0, 16.0)
+OFFSET_IN_SCALES = (32.0, 48.0)
+SCALE_RANGE = (50.0, 100.0)
+
+
+@dataclass(frozen=True)
+class StressTrial:
+    """A correctness trial on transformed inputs: every floating-point input tensor becomes ``x * scale + offset``
+    (integer and bool inputs stay as drawn), in the candidate's and the reference's worker alike.
+
+    Attributes:
+        shape_index: The tier's shape the inputs are drawn at.
+        seed: Input seed (as for an ordinary trial).
+        scale: Multiplies every floating-point input.
+        offset: Added after the scale.
+    """
+
+    shape_index: int
+    seed: int
+    scale: float
+    offset: float
+
+    def describe(self) -> str:
+        """The transform in words, for feedback (``inputs scaled by 52 and offset by 0``)."""
+        return f"inputs scaled by {self.scale:.3g} and offset by {self.offset:.3g}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +84,8 @@ class EvalPlan:
         keep: Timed call indices whose outputs are rechecked (the last timed call is rechecked as well).
         probe_seed: Picks, after the run, the timed calls whose output fingerprints are checked; never sent to
             the worker, so the candidate cannot know which calls will be looked at.
+        stress: Trials on scaled or offset inputs (:class:`StressTrial`), run after ``trials``; their seeds and
+            transforms are as secret as the other seeds.
     """
 
     shapes: tuple[Shape, ...]
@@ -49,6 +95,7 @@ class EvalPlan:
     timing_pool: int
     keep: tuple[int, ...]
     probe_seed: int = 0
+    stress: tuple[StressTrial, ...] = ()
 
     def probe_calls(self, n_calls: int, exclude: Sequence[int], count: int = PROBE_CALLS) -> list[int]:
         """Up to ``count`` of the ``n_calls`` timed calls, outside ``exclude``, drawn from ``probe_seed``."""
@@ -62,9 +109,18 @@ class EvalPlan:
         """Reference trials that reproduce the inputs of the rechecked timed calls (default: ``keep``)."""
         return [(0, self.timing_seed + i % self.timing_pool) for i in (self.keep if calls is None else calls)]
 
+    @property
+    def n_trials(self) -> int:
+        """Correctness trials of the plan: the ordinary ones, then the stress trials."""
+        return len(self.trials) + len(self.stress)
+
     def trials_json(self, extra: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
-        """Trials as the worker protocol expects them."""
-        return [{"shape_index": k, "seed": s} for k, s in list(self.trials) + (extra or [])]
+        """Trials as the worker protocol expects them: the ordinary ones, the stress trials (with ``scale`` and
+        ``offset``), then ``extra``."""
+        plain = [{"shape_index": k, "seed": s} for k, s in self.trials]
+        stress = [{"shape_index": t.shape_index, "seed": t.seed, "scale": t.scale, "offset": t.offset}
+                  for t in self.stress]  # fmt: skip
+        return plain + stress + [{"shape_index": k, "seed": s} for k, s in extra or []]
 
 
 def first_use_calls(n_calls: int, warmup: int, pool: int) -> list[int]:
@@ -120,4 +176,19 @@ def make_plan(task: Task, tier: str, config: EvalConfig, seed: int) -> EvalPlan:
     span = max(1, min(timing.repeats, 10))
     keep = tuple(sorted({int(x) for x in rng.choice(span, size=min(RECHECK_CALLS, span), replace=False)}))
     probe_seed = int(rng.integers(0, 2**31 - 1))
-    return EvalPlan(shapes, draws[-2], trials, draws[-1], pool, keep if timing.enabled else (), probe_seed)
+    stress = _stress_trials(rng, len(shapes), config.stress_count)  # drawn last: the other draws stay as they were
+    return EvalPlan(shapes, draws[-2], trials, draws[-1], pool, keep if timing.enabled else (), probe_seed, stress)
+
+
+def _stress_trials(rng: np.random.Generator, n_shapes: int, count: int) -> tuple[StressTrial, ...]:
+    """``count`` stress trials, offset and scale kinds in turn, round-robin over the shapes (ranges above)."""
+    out = []
+    for j in range(count):
+        seed = int(rng.integers(0, 2**31 - 1))
+        if j % 2 == 0:
+            scale = round(float(rng.uniform(*OFFSET_TRIAL_SCALE)), 2)
+            offset = round(scale * float(rng.uniform(*OFFSET_IN_SCALES)), 2)
+        else:
+            scale, offset = round(float(rng.uniform(*SCALE_RANGE)), 2), 0.0
+        out.append(StressTrial(j % n_shapes, seed, scale, offset))
+    return tuple(out)

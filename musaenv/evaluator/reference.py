@@ -26,7 +26,7 @@ from musaenv.config import TimingConfig
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.pairing import PairingError, RefSession
-from musaenv.evaluator.plan import EvalPlan
+from musaenv.evaluator.plan import EvalPlan, StressTrial
 from musaenv.isolation import forkserver
 from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
 from musaenv.isolation.forkserver import ForkServer
@@ -71,9 +71,15 @@ class RefOutputs:
     ``rechecks`` reproduce the timed calls ``recheck_calls`` (compared in full); ``probe_stats`` hold, per call of
     ``probe_calls``, the reference's ``[sum, sum^2, sum |r|, n]`` per output (the worker's fingerprints of those
     calls are checked against them; no output array is sent for a probe).
+
+    ``stress`` maps the index of each stress trial in ``trials`` to its :class:`~musaenv.evaluator.plan.StressTrial`;
+    ``skips`` holds, per trial, why the reference worker dropped it (its outputs there are not finite or
+    ill-conditioned; ``""``: it counts).
     """
 
     trials: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
+    stress: dict[int, StressTrial] = field(default_factory=dict)
+    skips: list[str] = field(default_factory=list)
     rechecks: list[tuple[list[np.ndarray], list[str]]] = field(default_factory=list)
     timing: TimingStats | None = None
     recheck_calls: list[int] = field(default_factory=list)
@@ -311,6 +317,7 @@ class ReferenceService:
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
         out.timing_note = cached[1] if cached else ""
         collected: list[tuple[list[np.ndarray], list[str]]] = []
+        skips: list[str] = []
         clock = StageClock(worker.pid, timeout_s)  # CPU and own time of the reference, wall clock as a backstop
         while True:
             try:
@@ -327,6 +334,7 @@ class ReferenceService:
                 out.probe_stats.append(msg.stats)
             elif isinstance(msg, Trial):
                 collected.append((arrays, msg.dtypes))
+                skips.append(msg.skip)
             elif isinstance(msg, Timing):
                 out.timing = TimingStats.from_samples(msg.samples_ms)
                 out.timing_note = msg.baseline_note
@@ -340,8 +348,9 @@ class ReferenceService:
                 if peak is not None:
                     self.task_peaks[task.source_hash] = max(peak, self.task_peaks.get(task.source_hash, 0.0))
                 break
-        n = len(plan.trials)
-        out.trials, out.rechecks = collected[:n], collected[n:]
+        n = plan.n_trials
+        out.trials, out.rechecks, out.skips = collected[:n], collected[n:], skips[:n]
+        out.stress = {len(plan.trials) + j: t for j, t in enumerate(plan.stress)}
         return out
 
     def close(self) -> None:

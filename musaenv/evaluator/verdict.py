@@ -1,4 +1,8 @@
-"""Turn a candidate run and reference outputs into an :class:`EvalResult` (no torch)."""
+"""Turn a candidate run and reference outputs into an :class:`EvalResult` (no torch).
+
+Size: one concept, the verdict's stages in the order :func:`judge` calls them (early verdict, trials with their
+stress trials, cheating flags, timing); the trial comparison is the piece to move out next.
+"""
 
 from __future__ import annotations
 
@@ -87,12 +91,13 @@ class TrialComparison:
 
     Attributes:
         passed: Trials whose outputs match and that the worker raised no flag on.
-        total: Reference trials (the number that must pass).
-        max_abs_error: Worst absolute error over all trials (``None``: nothing comparable).
-        max_rel_error: Worst relative error over all trials.
+        total: Reference trials that count (the number that must pass): all but the dropped stress trials.
+        max_abs_error: Worst absolute error over all counted trials (``None``: nothing comparable).
+        max_rel_error: Worst relative error over all counted trials.
         messages: Why the first (up to 3) failing trials failed.
         flags: The worker's flags on any trial (each once, in order).
         mask: Per trial, whether it passed (the runtime checks compare only passing trials).
+        skipped: Per stress trial the reference dropped, which and why (not charged).
     """
 
     passed: int
@@ -102,16 +107,35 @@ class TrialComparison:
     messages: tuple[str, ...]
     flags: tuple[str, ...]
     mask: tuple[bool, ...]
+    skipped: tuple[str, ...] = ()
+
+
+# What a failed stress trial tells the model: the inputs it failed on, and the two usual reasons.
+STRESS_HINT = (
+    "the reference stays finite and well-conditioned there: check overflow (subtract the max before exp) and "
+    "cancellation (a one-pass E[x^2] - E[x]^2 variance; use two passes or Welford)"
+)
 
 
 def compare_trials(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> TrialComparison:
-    """Compare each trial's outputs with the reference's (``run.trials`` and ``ref.trials`` pair up in order)."""
-    passed, worst_abs, worst_rel = 0, None, None
+    """Compare each trial's outputs with the reference's (``run.trials`` and ``ref.trials`` pair up in order).
+
+    A stress trial (``ref.stress``) the reference dropped (``ref.skips``) counts for nothing; a failed one names
+    its transform. The worker's flags count on every trial."""
+    passed, total, worst_abs, worst_rel = 0, 0, None, None
     messages: list[str] = []
     flags: list[str] = []
     mask: list[bool] = []
+    skipped: list[str] = []
     for i, ((arrays, dtypes, tflags), (rarr, rdt)) in enumerate(zip(run.trials, ref.trials)):
         flags.extend(f for f in tflags if f not in flags)
+        stress = ref.stress.get(i)
+        skip = ref.skips[i] if stress is not None and i < len(ref.skips) else ""
+        if stress is not None and skip:
+            skipped.append(f"trial {i + 1} ({stress.describe()}): {skip}")
+            mask.append(False)
+            continue
+        total += 1
         cmp = compare_outputs(arrays, rarr, atol, rtol, dtypes, rdt)
         if cmp.max_abs_error is not None:
             worst_abs = max(worst_abs or 0.0, cmp.max_abs_error)
@@ -120,8 +144,12 @@ def compare_trials(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float)
         if cmp.passed and not tflags:
             passed += 1
         elif cmp.reason and len(messages) < 3:
-            messages.append(f"trial {i + 1}: {cmp.reason}")
-    return TrialComparison(passed, len(ref.trials), worst_abs, worst_rel, tuple(messages), tuple(flags), tuple(mask))
+            where = "" if stress is None else f" (a stress trial, {stress.describe()})"
+            hint = "" if stress is None else f"; {STRESS_HINT}"
+            messages.append(f"trial {i + 1}{where}: {cmp.reason}{hint}")
+    return TrialComparison(
+        passed, total, worst_abs, worst_rel, tuple(messages), tuple(flags), tuple(mask), tuple(skipped)
+    )
 
 
 def timed_outputs_agree(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bool:
@@ -267,7 +295,8 @@ def judge(
     assert ref is not None
     settings = runtime or RuntimeSettings(policy="strict", checks=True)
     trials = compare_trials(run, ref, atol, rtol)
-    if ref.trials and all(trivial_output_passes(r, atol, rtol) for r, _ in ref.trials):
+    task_own = [r for i, (r, _) in enumerate(ref.trials) if i not in ref.stress]  # the task's inputs, not scaled
+    if task_own and all(trivial_output_passes(r, atol, rtol) for r in task_own):
         base = base.replace(warnings=(*base.warnings, "degenerate_task_zeros_pass"))
     rt = _assess(run, ref, list(trials.mask), (atol, rtol), settings)
     result = base.replace(
@@ -275,7 +304,7 @@ def judge(
         trials_total=trials.total,
         max_abs_error=trials.max_abs_error,
         max_rel_error=trials.max_rel_error,
-        extra={**base.extra, "runtime": rt.extra},
+        extra={**base.extra, "runtime": rt.extra, **_stress_extra(ref, trials)},
     )
     flags = cheating_flags(run, ref, trials, rt, device, (atol, rtol))
     if flags:
@@ -287,6 +316,13 @@ def judge(
         return _finish(result, rt, run).replace(stage=Stage.INCORRECT, messages=tuple(rt.messages) + trials.messages)
     timed = attach_timing(result.replace(stage=Stage.CORRECT), run, ref, rt, settings)
     return _finish(timed, rt, run).replace(messages=tuple(rt.messages))
+
+
+def _stress_extra(ref: RefOutputs, trials: TrialComparison) -> dict[str, object]:
+    """``extra["stress"]``: the stress trials run and those dropped (empty when the plan had none)."""
+    if not ref.stress:
+        return {}
+    return {"stress": {"trials": len(ref.stress), "skipped": list(trials.skipped)}}
 
 
 def _assess(

@@ -79,7 +79,9 @@ __all__ = [
 ]
 
 # Raise on any change of a record's fields or meaning: parent and workers must run the same code.
-PROTOCOL_VERSION = 4  # 4: paired timing (TimePrepare, TimeReady, TimeCall, TimeDone, TimeEnd, PairedRequest)
+# 4: paired timing (TimePrepare, TimeReady, TimeCall, TimeDone, TimeEnd, PairedRequest); 5: stress trials (a trial's
+# ``scale`` and ``offset``, :attr:`Trial.skip`)
+PROTOCOL_VERSION = 5
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 
@@ -119,12 +121,17 @@ class Stage(Message):
 
 @dataclass(frozen=True)
 class Trial(Message):
-    """One correctness trial's outputs (as the arrays that follow the message), their dtypes and the worker's flags."""
+    """One correctness trial's outputs (as the arrays that follow the message), their dtypes and the worker's flags.
+
+    ``skip``: from the reference worker only (the parent reads no candidate's), why a stress trial does not count:
+    the reference's outputs on it are not finite, or disagree with the reference run in float64; empty: it counts.
+    """
 
     TYPE: ClassVar[str] = "trial"
     index: int
     dtypes: list[str]
     flags: list[str]
+    skip: str = ""
 
 
 @dataclass(frozen=True)
@@ -247,7 +254,8 @@ class Shutdown(Message):
 class RunRequest(Message):
     """What candidate and reference requests share: the program's shapes, trials and timing plan, the device.
 
-    ``trials``: ``{"shape_index", "seed"}`` per trial (:meth:`~musaenv.evaluator.plan.EvalPlan.trials_json`);
+    ``trials``: ``{"shape_index", "seed"}`` per trial, plus ``scale`` and ``offset`` for a stress trial
+    (:meth:`~musaenv.evaluator.plan.EvalPlan.trials_json`);
     ``timing``: the timing plan (``seed``, ``pool``, ``keep``, ``warmup``, ``repeats``, ...) or ``None``.
     """
 

@@ -86,14 +86,14 @@ def _runtime_extras(
 
     def make_args() -> list[Any]:
         program.apply_shape(req.shapes[k])
-        return clone_args(to_device(drawn.trial_inputs(program, k, int(first["seed"])), device))
+        return clone_args(to_device(drawn.trial_inputs(program, first), device))
 
     # the rewrite run: a later trial of the same shape, its values written into trial 1's own tensors
     later = next((i for i, t in enumerate(req.trials) if i > 0 and int(t["shape_index"]) == k), None)
 
     def other_args() -> list[Any]:
         assert later is not None
-        return clone_args(to_device(drawn.trial_inputs(program, k, int(req.trials[later]["seed"])), device))
+        return clone_args(to_device(drawn.trial_inputs(program, req.trials[later]), device))
 
     rewrite = None if later is None else (later, other_args)
     report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array, rewrite)

@@ -27,8 +27,10 @@ __all__ = [
     "flatten_outputs",
     "load_program",
     "seed_all",
+    "stress_transform",
     "tensor_to_array",
     "to_device",
+    "trial_key",
 ]
 
 
@@ -200,6 +202,21 @@ def find_aliasing(outputs: Sequence[Any], inputs: Sequence[Any]) -> list[str]:
     return found
 
 
+def trial_key(trial: dict[str, Any]) -> tuple[int, int, float, float]:
+    """(shape index, seed, scale, offset) of a trial record (an ordinary trial: scale 1, offset 0)."""
+    scale, offset = float(trial.get("scale", 1.0)), float(trial.get("offset", 0.0))
+    return int(trial["shape_index"]), int(trial["seed"]), scale, offset
+
+
+def stress_transform(args: list[Any], scale: float, offset: float) -> list[Any]:
+    """A stress trial's inputs: every floating-point tensor ``x * scale + offset`` in its own dtype; integer and bool
+    tensors and non-tensors as drawn (indices and masks keep their meaning). The same code in both workers on the
+    same values gives the candidate and the reference the same bits."""
+    if scale == 1.0 and offset == 0.0:
+        return args
+    return [a * scale + offset if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
 @dataclass
 class DrawnInputs:
     """Inputs drawn ahead of time: per (shape index, seed) of a trial, and the timing pool (``None``: not drawn).
@@ -207,7 +224,7 @@ class DrawnInputs:
     What was not drawn ahead is drawn on request, so an empty instance (:meth:`nothing`) draws everything late.
     """
 
-    trials: dict[tuple[int, int], list[Any]]
+    trials: dict[tuple[int, int, float, float], list[Any]]
     pool: list[list[Any]] | None
 
     @classmethod
@@ -215,10 +232,11 @@ class DrawnInputs:
         """Nothing drawn ahead (GPU tiers: inputs are drawn when needed, then moved to the device)."""
         return cls({}, None)
 
-    def trial_inputs(self, program: ProgramModule, shape_index: int, seed: int) -> list[Any]:
-        """This trial's inputs (the shape must be applied already)."""
-        drawn = self.trials.get((shape_index, seed))
-        return drawn if drawn is not None else program.inputs(seed)
+    def trial_inputs(self, program: ProgramModule, trial: dict[str, Any]) -> list[Any]:
+        """This trial's inputs, a stress trial's transformed (the shape must be applied already)."""
+        key = trial_key(trial)
+        drawn = self.trials.get(key)
+        return drawn if drawn is not None else stress_transform(program.inputs(key[1]), key[2], key[3])
 
     def pool_inputs(self, program: ProgramModule, timing: dict[str, Any]) -> list[list[Any]]:
         """The timing pool (the timing shape must be applied already)."""
@@ -235,9 +253,9 @@ def draw_inputs(req: RunRequest, program: ProgramModule) -> DrawnInputs:
     """
     trials = {}
     for trial in req.trials:
-        key = (int(trial["shape_index"]), int(trial["seed"]))
+        key = trial_key(trial)
         program.apply_shape(req.shapes[key[0]])
-        trials[key] = program.inputs(key[1])
+        trials[key] = DrawnInputs.nothing().trial_inputs(program, trial)
     pool = None
     if req.timing:
         program.apply_shape(req.shapes[0])

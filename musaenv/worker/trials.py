@@ -28,10 +28,12 @@ from musaenv.verification.runtime_probe import RuntimeGuard
 from musaenv.worker.failures import InputDrawError, format_exc
 from musaenv.worker.harness import DrawnInputs, ProgramModule, flatten_outputs, tensor_to_array, to_device
 
-__all__ = ["ChannelGate", "OutputCheck", "configure_device", "run_timing", "run_trials"]
+__all__ = ["ChannelGate", "OutputCheck", "StressCheck", "configure_device", "run_timing", "run_trials"]
 
 # The candidate worker's checks of one call: (outputs, the inputs it got, their untouched copies) -> flags.
 OutputCheck = Callable[[list[Any], list[Any], list[Any]], list[str]]
+# The reference worker's judgement of a stress trial: (model, inputs, outputs) -> why it does not count, or "".
+StressCheck = Callable[[Any, list[Any], list[Any]], str]
 
 
 def configure_device(req: RunRequest) -> torch.device:
@@ -56,11 +58,11 @@ def _import_torch_musa() -> None:
         ) from None
 
 
-def _send_trial(chan: Channel, index: int, outs: list[Any], flags: list[str]) -> None:
+def _send_trial(chan: Channel, index: int, outs: list[Any], flags: list[str], skip: str = "") -> None:
     tensors = [o for o in outs if type(o) is torch.Tensor]
     arrays = [] if flags and "output_not_tensor" in flags else [tensor_to_array(o) for o in tensors]
     dtypes = [str(o.dtype).replace("torch.", "") for o in tensors]
-    chan.send(Trial(index=index, dtypes=dtypes, flags=flags).to_dict(), arrays)
+    chan.send(Trial(index=index, dtypes=dtypes, flags=flags, skip=skip).to_dict(), arrays)
 
 
 def run_trials(
@@ -72,12 +74,14 @@ def run_trials(
     check: OutputCheck | None,
     drawn: DrawnInputs,
     probe: RuntimeGuard | None = None,
+    stress: StressCheck | None = None,
 ) -> dict[int, Any]:
     """Run every trial; returns the model built for each shape index (reused for timing).
 
     ``check``: the candidate worker's output checks (each call then gets private copies of its inputs), passed
     by the caller so that a candidate that replaces them is seen replacing the caller's (its runtime guard
-    watches them); ``None`` for the trusted reference.
+    watches them); ``None`` for the trusted reference. ``stress``: the reference's judgement of each stress
+    trial (one with a ``scale``), sent as :attr:`Trial.skip`.
     """
     guarded = check is not None
     models: dict[int, Any] = {}
@@ -87,7 +91,7 @@ def run_trials(
             models[k] = program.build_model(model_cls, req.shapes[k], req.init_seed, device)
         program.apply_shape(req.shapes[k])
         try:
-            inputs = to_device(drawn.trial_inputs(program, k, int(trial["seed"])), device)
+            inputs = to_device(drawn.trial_inputs(program, trial), device)
         except Exception as e:  # the task's own code: never the candidate's verdict (see _trials_phase)
             raise InputDrawError(f"drawing the inputs of trial {index + 1} failed:\n{format_exc(e)}") from None
         private = clone_args(inputs) if guarded else inputs
@@ -102,7 +106,8 @@ def run_trials(
         if trial.get("stats"):  # a probed timed call of the reference: its stats are all the parent needs
             chan.send(TrialStats(index=index, stats=output_fingerprint(outs, reference=True)).to_dict())
             continue
-        _send_trial(chan, index, outs, flags)
+        skip = stress(models[k], private, outs) if stress is not None and "scale" in trial else ""
+        _send_trial(chan, index, outs, flags, skip)
     return models
 
 

@@ -1,4 +1,4 @@
-"""The two C++ sources every adversarial candidate shares, so the suite builds two extensions in all.
+"""The C++ sources the adversarial candidates share, so the suite builds three extensions in all.
 
 ``CLEAN_CPP`` holds kernels whose C++ is unremarkable (pointer loops, ``empty_like``, a static counter): the
 static C++ scan has nothing to object to, so what these candidates do wrong must be caught by the Python-level
@@ -7,7 +7,9 @@ thread, replacing Python's clock through pybind11); the static scan refuses that
 candidates are run with static checks off to prove the runtime layer, and :data:`DIRTY_SNIPPETS` gives each cheat
 alone for the per-construct static test.
 
-A candidate file starts with the line ``from adversarial import ext`` (or ``dirty``), which
+``NUMERICS_CPP`` holds row kernels that are right on a task's own inputs and wrong on scaled or offset ones.
+
+A candidate file starts with the line ``from adversarial import ext`` (or ``numerics``, ``dirty``), which
 :func:`render` replaces with the shared preamble; ``__PLACEHOLDER__`` strings are filled by the tests.
 """
 
@@ -157,6 +159,72 @@ DIRTY_HEADER = r"""
 DIRTY_CPP = DIRTY_HEADER + "\n".join(DIRTY_SNIPPETS.values()) + "\n"
 DIRTY_FUNCTIONS = list(DIRTY_SNIPPETS)
 
+# Row kernels over the last dimension, as a policy chasing speed writes them first (fp32 accumulators, one
+# thread), each numerically unsafe one beside its honest form: right on the task's own randn, so only the
+# stress trials (scaled or offset inputs) tell them apart.
+NUMERICS_CPP = r"""
+#include <torch/extension.h>
+#include <cmath>
+
+// Without the row max subtracted: exp() overflows to inf once a value passes 88.7, and inf / inf is NaN.
+torch::Tensor softmax_no_max(torch::Tensor x) {
+    x = x.contiguous();
+    auto out = torch::empty_like(x);
+    const int64_t n = x.size(-1), rows = x.numel() / n;
+    const float* px = x.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        float total = 0.0f;
+        for (int64_t i = 0; i < n; ++i) total += std::exp(px[r * n + i]);
+        for (int64_t i = 0; i < n; ++i) po[r * n + i] = std::exp(px[r * n + i]) / total;
+    }
+    return out;
+}
+torch::Tensor softmax_max(torch::Tensor x) {
+    x = x.contiguous();
+    auto out = torch::empty_like(x);
+    const int64_t n = x.size(-1), rows = x.numel() / n;
+    const float* px = x.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = px + r * n;
+        float top = row[0];
+        for (int64_t i = 1; i < n; ++i) top = row[i] > top ? row[i] : top;
+        float total = 0.0f;
+        for (int64_t i = 0; i < n; ++i) total += std::exp(row[i] - top);
+        for (int64_t i = 0; i < n; ++i) po[r * n + i] = std::exp(row[i] - top) / total;
+    }
+    return out;
+}
+// passes == 1: variance as E[x^2] - E[x]^2 from one sweep (cancels once the mean dwarfs the spread);
+// passes == 2: the mean first, then the mean of squared deviations.
+torch::Tensor layernorm_rows(torch::Tensor x, torch::Tensor w, torch::Tensor b, double eps, int64_t passes) {
+    x = x.contiguous();
+    auto out = torch::empty_like(x);
+    const int64_t n = x.size(-1), rows = x.numel() / n;
+    const float* px = x.data_ptr<float>();
+    const float* pw = w.data_ptr<float>();
+    const float* pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = px + r * n;
+        float sum = 0.0f, squares = 0.0f;
+        for (int64_t i = 0; i < n; ++i) { sum += row[i]; squares += row[i] * row[i]; }
+        const float mean = sum / n;
+        float var = squares / n - mean * mean;
+        if (passes == 2) {
+            float dev = 0.0f;
+            for (int64_t i = 0; i < n; ++i) dev += (row[i] - mean) * (row[i] - mean);
+            var = dev / n;
+        }
+        const float rstd = 1.0f / std::sqrt(std::fmax(var, 0.0f) + static_cast<float>(eps));
+        for (int64_t i = 0; i < n; ++i) po[r * n + i] = (row[i] - mean) * rstd * pw[i] + pb[i];
+    }
+    return out;
+}
+"""
+NUMERICS_FUNCTIONS = ["softmax_no_max", "softmax_max", "layernorm_rows"]
+
 _PREAMBLE = '''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -170,16 +238,20 @@ from torch.utils.cpp_extension import load_inline
 
 
 def preamble(kind: str) -> str:
-    """The shared imports and ``load_inline`` call for ``ext`` (clean) or ``dirty``."""
+    """The shared imports and ``load_inline`` call for ``ext`` (clean), ``numerics`` or ``dirty``."""
     if kind == "ext":
         return _PREAMBLE.format(var="ext", cpp=CLEAN_CPP, name="musaenv_adv_clean", functions=CLEAN_FUNCTIONS)
+    if kind == "numerics":
+        return _PREAMBLE.format(
+            var="numerics", cpp=NUMERICS_CPP, name="musaenv_adv_numerics", functions=NUMERICS_FUNCTIONS
+        )
     return _PREAMBLE.format(var="dirty", cpp=DIRTY_CPP, name="musaenv_adv_dirty", functions=DIRTY_FUNCTIONS)
 
 
 def render(name: str, **subs: str) -> str:
     """Source of candidate ``candidates/<name>.py`` with the preamble and ``__KEY__`` placeholders filled in."""
     text = (CANDIDATES_DIR / f"{name}.py").read_text()
-    for kind in ("ext", "dirty"):
+    for kind in ("ext", "numerics", "dirty"):
         text = text.replace(f"from adversarial import {kind}\n", preamble(kind))
     for key, value in subs.items():
         text = text.replace(f"__{key}__", value)

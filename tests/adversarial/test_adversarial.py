@@ -128,8 +128,17 @@ BINARY = {
 }
 # Compiler output the candidate writes that reads like the machine's fault: it decides nothing.
 BUILD_TEXT = ("b01_disk_full_text", "b02_pch_refusal_text")
+# Numerically unsafe kernels, right on the task's own randn: refused by the stress trials (scaled or offset
+# inputs) -> the task they run on.
+STRESS = {"n01_softmax_no_max": "plain_softmax", "n02_one_pass_layernorm": "layernorm"}
 # Honest idioms every defence must accept -> the task they run on.
-HONEST = {"honest_class_kernel": "relu", "honest_module_list": "linear", "honest_getattr_ext": "relu"}
+HONEST = {
+    "honest_class_kernel": "relu",
+    "honest_module_list": "linear",
+    "honest_getattr_ext": "relu",
+    "honest_softmax_max": "plain_softmax",
+    "honest_layernorm_two_pass": "layernorm",
+}
 # Honest under the kernelbench policy (a small op left to torch, which strict refuses) -> the task they run on.
 KERNELBENCH_HONEST = {"honest_softmax_small_op": "softmax"}
 KERNELBENCH = EvalConfig(static_policy="kernelbench", run_timeout_s=10.0, timing=TIMING)
@@ -144,7 +153,7 @@ class Suite:
 
     def evaluate(self, mode: str, name: str, seed: int = 1) -> EvalResult:
         """Evaluate candidate ``name`` on its task under ``mode``; assert it stayed contained."""
-        task_key = CASES[name][0] if name in CASES else {**HONEST, **KERNELBENCH_HONEST}.get(name, "relu")
+        task_key = CASES[name][0] if name in CASES else {**HONEST, **STRESS, **KERNELBENCH_HONEST}.get(name, "relu")
         ev = self.runtime if mode == "runtime" else self.full
         result = ev.evaluate(self.tasks[task_key], render(name, **self.traps.subs()), seed=seed)
         assert stray_processes([self.runtime, self.full]) == [], f"{name} left processes running"
@@ -172,6 +181,7 @@ def suite() -> Iterator[Suite]:
         shapes={"cpu": ({"batch_size": 64, "dim": 4096}, {"batch_size": 7, "dim": 1001})},
     )
     tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py"), "linear": linear, "softmax": softmax}
+    tasks |= {"plain_softmax": load_task_file(DATA_DIR / "plain_softmax.py"), "layernorm": get_task("l1_layernorm")}
     with traps(_env.cache_dir() / "ext") as t:
         runtime, full = RuntimeOnlyEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
         try:
@@ -193,6 +203,7 @@ def _no_reward(r: EvalResult) -> None:
 def test_candidate_files_match_the_table() -> None:
     files = {p.stem for p in CANDIDATES_DIR.glob("*.py")}
     cases = set(CASES) | set(STATIC_ONLY) | set(POINTER_CACHES) | set(EVERY_CALL) | set(BINARY) | set(BUILD_TEXT)
+    cases |= set(STRESS)
     assert files == cases | {"honest_relu"} | set(HONEST) | set(KERNELBENCH_HONEST)
     assert len(files) - 1 >= 30
 
@@ -316,6 +327,22 @@ def test_compiler_text_decides_nothing(suite: Suite) -> None:
         r = suite.evaluate("full", "b02_pch_refusal_text", seed=seed)
         assert r.stage is Stage.CORRECT, f"run {seed}: {_describe(r)}"
     assert _headers() == before
+
+
+@pytest.mark.parametrize("name", sorted(STRESS))
+def test_numerically_unsafe_kernels_fail_the_stress_trials(suite: Suite, name: str) -> None:
+    """Right on the task's own inputs (all 5 ordinary trials pass: without stress trials it is ``correct``), wrong
+    on scaled or offset ones where the reference stays finite and well-conditioned: refused on every one of 5 runs
+    (secret plans: new scales and offsets each time), the feedback naming the transform."""
+    for seed in range(1, 6):
+        r = suite.evaluate("full", name, seed=seed)
+        _no_reward(r)
+        assert r.stage is Stage.INCORRECT and r.trials_passed >= 5 and not r.flags, f"run {seed}: {_describe(r)}"
+        assert "a stress trial, inputs scaled by" in r.messages[0], _describe(r)
+    plain = dataclasses.replace(FULL, stress_trials=0)
+    with LocalEvaluator("cpu", plain) as ev:
+        r = ev.evaluate(suite.tasks[STRESS[name]], render(name), seed=6)
+    assert r.stage is Stage.CORRECT, _describe(r)  # the hole the stress trials close
 
 
 @pytest.mark.parametrize("name", sorted(HONEST))

@@ -76,12 +76,24 @@ def test_env_config_round_trip_with_nested():
         lambda: SandboxConfig(max_open_files=3),
         lambda: RewardConfig(speedup_weight=-1),
         lambda: EvalConfig(atol=-1.0),
+        lambda: EvalConfig(stress_trials=-1),
+        lambda: EvalConfig(stress_trials=True),
     ],
 )
 def test_bad_config_values_raise_config_error(make):
     with pytest.raises(ConfigError) as e:
         make()
     assert isinstance(e.value, MusaEnvError) and "expected" in str(e.value)
+
+
+def test_stress_trials_follow_the_policy_unless_set_and_round_trip():
+    # on under strict; off under kernelbench, whose numbers must stay comparable with KernelBench's own checker
+    assert EvalConfig().stress_count == 2 and EvalConfig(static_policy="kernelbench").stress_count == 0
+    assert EvalConfig(static_policy="kernelbench", stress_trials=3).stress_count == 3
+    assert EvalConfig(stress_trials=0).stress_count == 0
+    cfg = EvalConfig(stress_trials=4)
+    assert EvalConfig.from_json(cfg.to_json()) == cfg
+    assert EvalConfig.from_json(EvalConfig().to_json()).stress_trials is None
 
 
 def test_unknown_config_key_is_rejected():

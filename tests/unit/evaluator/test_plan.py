@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from musaenv.config import EvalConfig, TimingConfig
-from musaenv.evaluator.plan import first_use_calls, make_plan
+from musaenv.evaluator.plan import OFFSET_IN_SCALES, OFFSET_TRIAL_SCALE, SCALE_RANGE, first_use_calls, make_plan
 from musaenv.tasks.builtin import get_task
 
 
@@ -45,3 +45,35 @@ def test_only_first_uses_of_an_input_count_for_the_time():
     assert first_use_calls(4, 0, 2) == [0, 1]
     plan = make_plan(get_task("l1_relu"), "cpu", EvalConfig(timing=TimingConfig(warmup=1, repeats=5)), 0)
     assert plan.timing_pool == 6
+
+
+def test_stress_trials_are_drawn_with_the_plan_and_sent_after_the_ordinary_ones():
+    task = get_task("l1_layernorm")
+    cfg = EvalConfig(num_trials=5, secret_plans=False)
+    plan = make_plan(task, "cpu", cfg, 1)
+    assert plan == make_plan(task, "cpu", cfg, 1) and plan.stress != make_plan(task, "cpu", cfg, 2).stress
+    offset, scaled = plan.stress  # two by default under strict: one offset trial, one scale trial
+    assert OFFSET_TRIAL_SCALE[0] <= offset.scale <= OFFSET_TRIAL_SCALE[1]
+    lo, hi = OFFSET_IN_SCALES
+    assert lo * offset.scale - 0.01 <= offset.offset <= hi * offset.scale + 0.01
+    assert offset.offset > 88.7  # exp() of the offset values overflows fp32
+    assert SCALE_RANGE[0] <= scaled.scale <= SCALE_RANGE[1] and scaled.offset == 0.0
+    assert {offset.shape_index, scaled.shape_index} == {0, 1}  # both shapes
+    assert len({offset.seed, scaled.seed, *(s for _, s in plan.trials)}) == 7  # fresh inputs
+    sent = plan.trials_json([(0, 99)])
+    assert plan.n_trials == 7 and len(sent) == 8 and sent[-1] == {"shape_index": 0, "seed": 99}
+    assert sent[5] == {"shape_index": offset.shape_index, "seed": offset.seed, "scale": offset.scale,
+                       "offset": offset.offset}  # fmt: skip
+    assert all("scale" not in t for t in sent[:5])
+
+
+def test_stress_trials_leave_the_other_draws_alone_and_follow_the_policy():
+    task = get_task("l1_relu")
+    base = EvalConfig(secret_plans=False)
+    on, off = make_plan(task, "cpu", base, 4), make_plan(task, "cpu", base.replace(stress_trials=0), 4)
+    assert off.stress == () and len(on.stress) == 2
+    assert (on.trials, on.init_seed, on.timing_seed, on.keep, on.probe_seed) == (
+        off.trials, off.init_seed, off.timing_seed, off.keep, off.probe_seed
+    )  # fmt: skip
+    assert make_plan(task, "cpu", base.replace(static_policy="kernelbench"), 4).stress == ()
+    assert len(make_plan(task, "cpu", base.replace(stress_trials=5), 4).stress) == 5

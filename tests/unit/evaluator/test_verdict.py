@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from musaenv.evaluator.candidate import CandidateRun
+from musaenv.evaluator.plan import StressTrial
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.evaluator.verdict import (
     attach_timing,
@@ -94,6 +95,30 @@ def test_compare_trials_counts_passes_worst_errors_and_flags() -> None:
     assert (cmp.passed, cmp.total, cmp.mask) == (1, 3, (True, False, False))
     assert cmp.flags == ("input_mutation",) and cmp.max_abs_error == pytest.approx(1e-3, rel=1e-2)
     assert len(cmp.messages) == 1 and cmp.messages[0].startswith("trial 2:")
+
+
+def test_a_failed_stress_trial_is_incorrect_and_says_how_its_inputs_were_made() -> None:
+    kwargs = {"task_id": "t", "backend": "cpu", "device": "cpu", "atol": TOL[0], "rtol": TOL[1], "log_chars": 100}
+    ref = _outs()
+    nan = [np.full_like(ref[2][0], np.nan)]  # a softmax without max subtraction on the offset inputs
+    run, rec = _pair([ref[0], ref[1], nan])
+    rec.stress, rec.skips = {2: StressTrial(0, 7, 12.0, 480.0)}, ["", "", ""]
+    result = judge(run, rec, runtime=OFF, **kwargs)  # type: ignore[arg-type]
+    assert result.stage is Stage.INCORRECT and (result.trials_passed, result.trials_total) == (2, 3)
+    assert "trial 3 (a stress trial, inputs scaled by 12 and offset by 480)" in result.messages[0]
+    assert "overflow" in result.messages[0] and "cancellation" in result.messages[0]
+    assert result.extra["stress"] == {"trials": 1, "skipped": []}
+
+
+def test_a_stress_trial_the_reference_dropped_is_not_charged() -> None:
+    ref = _outs()
+    run, rec = _pair([ref[0], ref[1], [ref[2][0] + 1.0]])
+    rec.stress, rec.skips = {2: StressTrial(1, 7, 60.0, 0.0)}, ["", "", "the reference's outputs are not finite"]
+    cmp = compare_trials(run, rec, *TOL)
+    assert (cmp.passed, cmp.total, cmp.mask, cmp.messages) == (2, 2, (True, True, False), ())
+    assert cmp.skipped == ("trial 3 (inputs scaled by 60 and offset by 0): the reference's outputs are not finite",)
+    rec.stress = {}  # only a stress trial can be dropped: a reason beside an ordinary trial changes nothing
+    assert compare_trials(run, rec, *TOL).total == 3
 
 
 def _timed(kept: list[int], counts: list[int], arrays: list[np.ndarray], prints: list[object] | None = None) -> Timing:

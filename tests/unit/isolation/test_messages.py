@@ -35,6 +35,7 @@ RECORDS: list[messages.Message] = [
     Stage("load", {"applied": ["landlock"], "missing": []}),
     Stage("trials"),
     Trial(index=0, dtypes=["float32"], flags=["input_mutation"]),
+    Trial(index=5, dtypes=["float32"], flags=[], skip="the reference's outputs are not finite on these inputs"),
     TrialStats(index=2, stats=[[1.0, 2.0, 3.0, 4]]),
     Timing(samples_ms=[1.0, 2], host_ms=[1.5], kept=[0, 4], kept_counts=[1, 1], fingerprints=[[[0.1]]]),
     RuntimeReport(phase="trials", report={"kernel_calls": [1, 2]}),
@@ -83,9 +84,9 @@ def test_every_record_round_trips_and_refuses_unknown_missing_and_mistyped_field
 
 def test_types_are_checked_inside_lists_and_nested_records() -> None:
     with pytest.raises(ProtocolError, match="'dtypes'"):
-        Trial.from_dict({"type": "trial", "index": 0, "dtypes": ["float32", 7], "flags": []})
+        Trial.from_dict({"type": "trial", "index": 0, "dtypes": ["float32", 7], "flags": [], "skip": ""})
     with pytest.raises(ProtocolError, match="'index'"):
-        Trial.from_dict({"type": "trial", "index": True, "dtypes": [], "flags": []})  # a bool is no count
+        Trial.from_dict({"type": "trial", "index": True, "dtypes": [], "flags": [], "skip": ""})  # a bool is no count
     with pytest.raises(ProtocolError, match="missing \\['log'\\]"):
         Result.from_dict({**Result().to_dict(), "failure": {"stage": "cheating"}})
     with pytest.raises(ProtocolError, match="expected type 'timing'"):
