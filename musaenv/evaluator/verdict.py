@@ -91,7 +91,8 @@ class TrialComparison:
 
     Attributes:
         passed: Trials whose outputs match and that the worker raised no flag on.
-        total: Reference trials that count (the number that must pass): all but the dropped stress trials.
+        total: Reference trials that count (the number that must pass): all but the dropped stress trials, and
+            the task's own trials only when one of them failed.
         max_abs_error: Worst absolute error over all counted trials (``None``: nothing comparable).
         max_rel_error: Worst relative error over all counted trials.
         messages: Why the first (up to 3) failing trials failed.
@@ -121,8 +122,11 @@ def compare_trials(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float)
     """Compare each trial's outputs with the reference's (``run.trials`` and ``ref.trials`` pair up in order).
 
     A stress trial (``ref.stress``) the reference dropped (``ref.skips``) counts for nothing; a failed one names
-    its transform. The worker's flags count on every trial."""
+    its transform. Stress trials can only take away: they count (passed and total) only when every trial on the
+    task's own inputs passed, so a wrong kernel that a stress trial's inputs happen not to expose (a leaky ReLU on
+    inputs offset far above zero) keeps q = 0 and its -1. The worker's flags count on every trial."""
     passed, total, worst_abs, worst_rel = 0, 0, None, None
+    own_failed, stress_passed, stress_total = False, 0, 0
     messages: list[str] = []
     flags: list[str] = []
     mask: list[bool] = []
@@ -135,18 +139,22 @@ def compare_trials(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float)
             skipped.append(f"trial {i + 1} ({stress.describe()}): {skip}")
             mask.append(False)
             continue
-        total += 1
         cmp = compare_outputs(arrays, rarr, atol, rtol, dtypes, rdt)
         if cmp.max_abs_error is not None:
             worst_abs = max(worst_abs or 0.0, cmp.max_abs_error)
             worst_rel = max(worst_rel or 0.0, cmp.max_rel_error or 0.0)
-        mask.append(cmp.passed and not tflags)
-        if cmp.passed and not tflags:
-            passed += 1
-        elif cmp.reason and len(messages) < 3:
+        ok = cmp.passed and not tflags
+        mask.append(ok)
+        if stress is not None:
+            stress_total, stress_passed = stress_total + 1, stress_passed + ok
+        else:
+            total, passed, own_failed = total + 1, passed + ok, own_failed or not ok
+        if not ok and cmp.reason and len(messages) < 3:
             where = "" if stress is None else f" (a stress trial, {stress.describe()})"
             hint = "" if stress is None else f"; {STRESS_HINT}"
             messages.append(f"trial {i + 1}{where}: {cmp.reason}{hint}")
+    if not own_failed:
+        passed, total = passed + stress_passed, total + stress_total
     return TrialComparison(
         passed, total, worst_abs, worst_rel, tuple(messages), tuple(flags), tuple(mask), tuple(skipped)
     )

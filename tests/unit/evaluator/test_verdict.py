@@ -110,6 +110,20 @@ def test_a_failed_stress_trial_is_incorrect_and_says_how_its_inputs_were_made() 
     assert result.extra["stress"] == {"trials": 1, "skipped": []}
 
 
+def test_stress_trials_only_take_away() -> None:
+    """A wrong kernel that a stress trial's inputs happen not to expose (a leaky ReLU on inputs offset far above
+    zero) must not gain q from it: with a trial on the task's own inputs failed, stress trials count for nothing
+    (q = 0 stays q = 0, and its -1); with all of those passed, they count like any other trial."""
+    ref = _outs()
+    run, rec = _pair([[ref[0][0] + 1.0], [ref[1][0] + 1.0], ref[2]])  # both own trials wrong, the stress one right
+    rec.stress, rec.skips = {2: StressTrial(0, 7, 12.0, 480.0)}, ["", "", ""]
+    cmp = compare_trials(run, rec, *TOL)
+    assert (cmp.passed, cmp.total) == (0, 2)
+    run, rec = _pair([ref[0], ref[1], ref[2]])
+    rec.stress, rec.skips = {2: StressTrial(0, 7, 12.0, 480.0)}, ["", "", ""]
+    assert (compare_trials(run, rec, *TOL).passed, compare_trials(run, rec, *TOL).total) == (3, 3)
+
+
 def test_a_stress_trial_the_reference_dropped_is_not_charged() -> None:
     ref = _outs()
     run, rec = _pair([ref[0], ref[1], [ref[2][0] + 1.0]])

@@ -63,6 +63,20 @@ def test_honest_own_samples_pass_and_forged_ones_are_caught() -> None:
     assert "measured its timed calls" in sample_mismatch(forged)
 
 
+def test_harness_overhead_the_reference_shows_is_not_taken_for_forgery() -> None:
+    """On a busy host the harness's own CPU in each window (decoding, answering, a garbage collection) can exceed a
+    short call; the trusted reference shows it on the same cores, so a 0.3 ms call is not a forged one, while a
+    candidate whose measures are 200 times below its calls still is."""
+    n, gap = 10, 1.5
+    honest = PairedSamples(
+        ref_ms=[4.0 + gap] * n, cand_ms=[0.3 + gap] * n, ref_own_ms=[4.0] * n, cand_own_ms=[0.3] * n,
+        ref_first=[True] * n, clock="cpu",
+    )  # fmt: skip
+    assert sample_mismatch(honest) == ""
+    forged = PairedSamples(**{**honest.__dict__, "cand_ms": [20.0 + gap] * n, "cand_own_ms": [0.1] * n})
+    assert "measured its timed calls" in sample_mismatch(forged)
+
+
 def test_work_moved_before_the_window_is_caught() -> None:
     assert outside_work(_samples([2.1] * 10)) == ""
     assert "more CPU than the reference" in outside_work(_samples([2.1] * 10, cand_out=12.0))
