@@ -23,7 +23,7 @@ if TRITON < (3, 2):
 
 pytestmark = pytest.mark.slow
 
-RUN_LIMIT_S = 5.0
+RUN_LIMIT_S = 4.0
 FAST = EvalConfig(run_timeout_s=120.0, timing=TimingConfig(repeats=3, warmup=1, max_time_s=2.0))
 
 _RELU_TEMPLATE = """
@@ -77,7 +77,7 @@ def evaluator():
 
 def test_interpreted_grids_get_room_and_no_timing() -> None:
     """Many small programs per launch (the style of public generations; here 2,048 of 1,024 elements): the
-    interpreter runs them one by one in Python, past the run limit a GPU kernel gets (11 CPU s here, limit 5 s).
+    interpreter runs them one by one in Python, past the run limit a GPU kernel gets (11-15 CPU s here, limit 4 s).
     Judged on correctness with INTERPRETER_TIME_FACTOR x the limit, it is correct (it was a timeout, -1); an endless
     kernel is still the candidate's timeout."""
     small_blocks = _relu("    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)").replace("65536", "1024")
