@@ -42,6 +42,7 @@ the starvation rules.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -106,6 +107,12 @@ def _actor_options(backend: str, resources: dict[str, float] | None) -> dict[str
     if backend == "musa":
         return {"resources": {"MUSA": 1}, "num_cpus": 1}
     return {"num_cpus": 1}
+
+
+def _finished(bar: Progress, label: str, fut: Future[EvalResult]) -> None:
+    """A request of a batch ended: no longer named as running, counted with its verdict."""
+    bar.end(label)
+    bar.update(_verdict(fut))
 
 
 def _verdict(fut: Future[EvalResult]) -> str:
@@ -398,9 +405,11 @@ class RayEvaluator:
         show = len(reqs) >= PROGRESS_MIN_BATCH if progress is None else progress
         futures = []
         with Progress(len(reqs), "evaluating (ray)", enabled=show) as bar:
-            for r in reqs:
+            for i, r in enumerate(reqs):
+                label = f"{r.task.id}#{i}"  # named in the progress lines while it runs (or waits for an executor)
+                bar.begin(label)
                 fut = self.submit(r.task, r.response, r.seed)
-                fut.add_done_callback(lambda f: bar.update(_verdict(f)))
+                fut.add_done_callback(functools.partial(_finished, bar, label))
                 futures.append(fut)
             return [f.result() for f in futures]
 

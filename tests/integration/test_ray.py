@@ -3,6 +3,7 @@ no lost request when an execution actor is killed mid-batch."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -118,3 +119,18 @@ def test_killed_actor_loses_no_request(ray_evaluator: Any, relu: Any) -> None:
     assert killed
     assert len(results) == 3 and all(r.task_id == "l1_relu" for r in results)
     assert all(r.stage is Stage.CORRECT for r in results), [r.to_dict() for r in results]
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_batch_progress_names_what_runs(
+    ray_evaluator: Any, relu: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Off a terminal a Ray batch says, every interval, which requests are running (as bench does)."""
+    monkeypatch.setenv("MUSAENV_PROGRESS_INTERVAL_S", "0.5")
+    with caplog.at_level(logging.INFO, logger="musaenv.progress"):
+        (result,) = ray_evaluator.evaluate_many([EvalRequest(relu, hazard_candidate("relu_ok"), 21)], progress=True)
+    assert result.stage is Stage.CORRECT, result.to_dict()
+    lines = [r.getMessage() for r in caplog.records if r.name == "musaenv.progress"]
+    assert any("running: l1_relu#0" in ln for ln in lines), lines
+    assert "running" not in lines[-1], lines  # the last line, once it finished, names nothing
