@@ -254,8 +254,11 @@ class EvaluatorPool:
                           messages=(f"the pool's {self.request_timeout_s:.0f} s request limit passed",),
                           extra={"pool_timeout": True}, policy=self.config.static_policy)  # fmt: skip
 
-    def imap(self, requests: Iterable[EvalRequest | Sequence[Any]]) -> Iterator[tuple[int, EvalResult]]:
-        """Yield ``(index, result)`` as evaluations finish, submitting lazily (never more than the pool holds)."""
+    def imap(
+        self, requests: Iterable[EvalRequest | Sequence[Any]], bar: Progress | None = None
+    ) -> Iterator[tuple[int, EvalResult]]:
+        """Yield ``(index, result)`` as evaluations finish, submitting lazily (never more than the pool holds);
+        ``bar`` is told which requests are in flight (``<task id>#<index>``: its lines name them)."""
         pending: dict[Future[EvalResult], tuple[int, EvalRequest, float]] = {}
         source = enumerate(EvalRequest.coerce(r) for r in requests)
         exhausted = False
@@ -267,6 +270,8 @@ class EvaluatorPool:
                     break
                 i, req = item
                 pending[self.submit(req.task, req.response, req.seed)] = (i, req, time.monotonic())
+                if bar is not None:
+                    bar.begin(f"{req.task.id}#{i}")
             if not pending:
                 break
             done, _ = wait(list(pending), timeout=self._poll_s(pending), return_when=FIRST_COMPLETED)
@@ -275,6 +280,8 @@ class EvaluatorPool:
                 overdue = self.request_timeout_s is not None and time.monotonic() - started >= self.request_timeout_s
                 if fut in done or overdue:
                     del pending[fut]
+                    if bar is not None:
+                        bar.end(f"{req.task.id}#{i}")
                     yield i, self._collect(fut, req, started)
 
     def _poll_s(self, pending: dict[Future[EvalResult], tuple[int, EvalRequest, float]]) -> float | None:
@@ -295,7 +302,7 @@ class EvaluatorPool:
         show = len(reqs) >= PROGRESS_MIN_BATCH if progress is None else progress
         results: list[EvalResult | None] = [None] * len(reqs)
         with Progress(len(reqs), "evaluating", enabled=show) as bar:
-            for i, result in self.imap(reqs):
+            for i, result in self.imap(reqs, bar):
                 results[i] = result
                 bar.update(result.stage.value)
         return [r for r in results if r is not None]

@@ -59,6 +59,19 @@ def test_pool_batches_report_progress_in_logs(caplog: pytest.LogCaptureFixture) 
     assert msgs and msgs[-1].startswith("evaluating: 3/3") and "correct=2 incorrect=1" in msgs[-1]
 
 
+def test_pool_batch_lines_name_the_requests_in_flight(caplog: pytest.LogCaptureFixture, monkeypatch: Any) -> None:
+    """A pool batch's heartbeat names what runs (``<task id>#<index>``), and nothing once the batch is done."""
+    monkeypatch.setenv("MUSAENV_PROGRESS_INTERVAL_S", "0.1")
+    SlowDouble.live, SlowDouble.peak, SlowDouble.calls = 0, 0, []
+    relu = get_task("l1_relu")
+    pool = EvaluatorPool("cpu", compile_workers=1, evaluator_factory=SlowDouble)
+    with caplog.at_level(logging.INFO, logger="musaenv.progress"), pool:
+        pool.evaluate_many([EvalRequest(relu, "ok:0.6"), EvalRequest(relu, "ok:0.01")], progress=True)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "musaenv.progress"]
+    assert any(m.endswith("running: l1_relu#0") for m in msgs), msgs  # the slow one, while the fast one is done
+    assert msgs[-1].startswith("evaluating: 2/2") and "running" not in msgs[-1], msgs
+
+
 def test_a_heartbeat_names_what_runs_while_nothing_finishes(monkeypatch: Any) -> None:
     """Off a terminal, a slow item (a first build, a cold derivation) still gets a line every interval: done/total,
     rate, ETA and what is running now, although no item finishes."""
