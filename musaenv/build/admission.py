@@ -67,6 +67,11 @@ def mem_available_mb() -> float | None:
     return _meminfo("MemAvailable:")
 
 
+def _reader() -> Callable[[], float | None]:
+    """The memory reading used when none is given (looked up at each call, so tests can replace it)."""
+    return mem_available_mb
+
+
 def _meminfo(field: str) -> float | None:
     try:
         with open("/proc/meminfo") as f:
@@ -129,7 +134,7 @@ def admitted(
     *,
     need_mb: float | None = None,
     family: str = "build",
-    available: Callable[[], float | None] = mem_available_mb,
+    available: Callable[[], float | None] | None = None,
     root: Path | None = None,
 ) -> Iterator[float]:
     """Hold a machine-wide slot while the body runs; yields the seconds spent waiting for it.
@@ -139,10 +144,11 @@ def admitted(
         what: The build's (or run's) name, for the wait's log lines.
         need_mb: The memory needed, when known better than by kind (a run: :func:`run_need_mb`).
         family: ``build`` or ``run``: whose slots (each family has its own lock files).
-        available: Reads the memory available now in MB (injected by tests).
+        available: Reads the memory available now in MB (default :func:`mem_available_mb`; injected by tests).
         root: The directory of the slot locks (default: ``admission`` in the parent-only key directory).
     """
     need = need_mb if need_mb is not None else NEED_MB.get(kind, NEED_MB["cxx"])
+    available = available or _reader()
     root = root or _admission_dir()
     paths = _slot_paths(root, family, need)
     noun = "build" if family == "build" else "run"
@@ -173,7 +179,7 @@ def admitted(
 
 
 def try_admit(
-    kind: str, what: str = "", *, available: Callable[[], float | None] = mem_available_mb, root: Path | None = None
+    kind: str, what: str = "", *, available: Callable[[], float | None] | None = None, root: Path | None = None
 ) -> int | None:
     """A build slot taken now, or ``None``: for background builds, which give way instead of waiting.
 
@@ -181,7 +187,7 @@ def try_admit(
     descriptor holds the slot until :func:`release` (or until this process ends).
     """
     need = NEED_MB.get(kind, NEED_MB["cxx"])
-    mem = available()
+    mem = (available or _reader())()
     if mem is not None and mem < need:
         log.info("background build %s skipped: %.0f MB available < %d MB needed", what, mem, need)
         return None
