@@ -362,7 +362,7 @@ class LocalEvaluator:
         candidate's process failed, which is then the candidate's ``runtime_error``."""
         assert run.failure is not None
         try:
-            with self._device_slot or nullcontext():
+            with self._run_admission(task), self._device_slot or nullcontext():
                 self._reference.run(task, plan, None, self.config.run_timeout_s)
         except ReferenceError_ as e:
             why = f"task refused (its own code fails, not the candidate's): {str(e)[:2000]}"
