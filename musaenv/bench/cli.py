@@ -171,7 +171,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _log_to_stderr() -> None:
-    """INFO lines of musaenv (progress among them) on stderr, unless the caller configured logging already."""
+    """Progress and admission waits (INFO) and warnings on stderr, unless the caller configured logging already."""
     if not logging.getLogger().hasHandlers():
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
         logging.getLogger("musaenv.progress").setLevel(logging.INFO)
+        # waits for a build or run slot (memory short, or every slot busy): a person watching sees why it paused
+        logging.getLogger("musaenv.build.admission").setLevel(logging.INFO)

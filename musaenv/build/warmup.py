@@ -29,6 +29,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
+from musaenv.build.admission import admitted, release, try_admit
 from musaenv.build.builder_launch import builder_command
 from musaenv.build.job import JOB_VERSION, WarmupJob, read_report
 from musaenv.isolation.proctree import descendants
@@ -147,8 +148,9 @@ def warmup(
         label = f"{item['kind']} {flags}"
         if starting is not None:
             starting(i - 1, len(items), label)
-        proc, tmp = _spawn([item], 1800.0, background=False)
-        proc.wait()
+        with admitted("cxx", f"warmup {label}"):  # machine-wide, by memory, as every build (admission.py)
+            proc, tmp = _spawn([item], 1800.0, background=False)
+            proc.wait()
         try:
             report = read_report(tmp / "result.json")
         except ProtocolError as e:  # a builder of another version: say why, not only FAILED
@@ -191,21 +193,33 @@ def start_background(wanted: Sequence[str], spec: dict[str, Any]) -> None:
         key = json.dumps(background_items(wanted, spec, common=False), sort_keys=True)
         if key in _BG_SEEN:
             return
+        # A free build slot and the memory for it now, or no background build (a later miss asks again): headers
+        # are an optimisation and give way to candidates' builds on a busy or short host (admission.py).
+        slot = try_admit("cxx", f"headers {wanted}")
+        if slot is None:
+            return
         _BG_SEEN.add(key)
         items = background_items(wanted, spec, common=setting != "wanted" and not _COMMON_QUEUED)
         _COMMON_QUEUED = True
         log.info("building precompiled headers %s for %s in the background%s", wanted, items[0]["extra_cflags"],
                  ", then those of the common flag sets" if len(items) > len(wanted) else "")  # fmt: skip
-        proc, tmp = _spawn(items, 1800.0, background=True)
+        try:
+            proc, tmp = _spawn(items, 1800.0, background=True)
+        except BaseException:
+            release(slot)
+            raise
         _BG_PROCS.append(proc)
         # Reaped as soon as it ends (else a zombie child until the next background build, which may never come),
-        # and its spec directory removed with it.
-        threading.Thread(target=_reap, args=(proc, tmp), name="musaenv-bg-warmup", daemon=True).start()
+        # its spec directory removed and its build slot given back with it.
+        threading.Thread(target=_reap, args=(proc, tmp, slot), name="musaenv-bg-warmup", daemon=True).start()
 
 
-def _reap(proc: subprocess.Popen[bytes], tmp: Path) -> None:
-    proc.wait()
-    shutil.rmtree(tmp, ignore_errors=True)
+def _reap(proc: subprocess.Popen[bytes], tmp: Path, slot: int | None = None) -> None:
+    try:
+        proc.wait()
+    finally:
+        release(slot)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _cmd_warmup(

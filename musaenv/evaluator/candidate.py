@@ -259,6 +259,7 @@ def drive_candidate(
     device_slot: AbstractContextManager[Any] | None = None,
     binary_policy: str | None = None,
     pairer: Callable[[], RefSession] | None = None,
+    memory_slot: AbstractContextManager[Any] | None = None,
 ) -> CandidateRun:
     """Send ``request`` to a ready candidate worker and follow it to the end (or kill it).
 
@@ -267,10 +268,12 @@ def drive_candidate(
     while their builds, input drawing and (on the CPU) correctness trials overlap. ``pairer`` starts the
     reference's side of paired timing (the request's timing plan then says ``paired``); it is called once the
     device slot is held, and the parent then times both workers call by call (:mod:`musaenv.evaluator.pairing`).
+    ``memory_slot`` (a machine-wide run admission by memory, :mod:`musaenv.build.admission`) is taken before the
+    device slot, at the first of the trials or the timing, while the worker waits for its go-ahead (not its time).
     """
     with ExitStack() as stack:
         slot = device_slot or nullcontext()
-        return _drive(worker, request, cfg, backend, compile_only, slot, stack, binary_policy, pairer)
+        return _drive(worker, request, cfg, backend, compile_only, slot, stack, binary_policy, pairer, memory_slot)
 
 
 def _pair(
@@ -355,6 +358,7 @@ def _drive(
     stack: ExitStack,
     binary_policy: str | None = None,
     pairer: Callable[[], RefSession] | None = None,
+    memory_slot: AbstractContextManager[Any] | None = None,
 ) -> CandidateRun:
     run = CandidateRun(cpu_budget=max(1, request.cpu_threads or 1))
     watch = CpuWatch(worker.pid)
@@ -394,6 +398,9 @@ def _drive(
                 phase = msg.name
                 watch.stop()
                 if phase in ("trials", "timing"):
+                    if memory_slot is not None:  # admitted by memory first (never while holding the device)
+                        stack.enter_context(memory_slot)
+                        memory_slot = None
                     # The slot is taken once and kept: at the trials on a GPU, at the timing on the CPU.
                     if not held and (phase == "timing" or not untimed_free):
                         stack.enter_context(device_slot)

@@ -18,6 +18,7 @@ from typing import Any
 
 from musaenv import _env
 from musaenv.backends import BackendInfo, resolve_backend
+from musaenv.build.admission import admitted, run_need_mb
 from musaenv.build.loader import sweep_stale_builds
 from musaenv.config import EvalConfig
 from musaenv.errors import ConfigError
@@ -190,6 +191,12 @@ class LocalEvaluator:
         self._memory = {"address_space_mb": budget, "reference_peak_mb": None if peak is None else round(peak, 1)}
         return budget
 
+    def _run_admission(self, task: Task) -> AbstractContextManager[float]:
+        """A machine-wide run slot admitted by the memory this task's workers need (:mod:`musaenv.build.admission`:
+        two workers' footprint plus the reference's measured peak); taken before the device slot, never inside it."""
+        need = run_need_mb(self._reference.task_peaks.get(task.source_hash))
+        return admitted("worker", task.id, need_mb=need, family="run")
+
     def _memory_note(self, result: EvalResult) -> EvalResult:
         """Say plainly when a candidate that failed at run time was out of its memory budget."""
         memory, self._memory = self._memory, {}
@@ -307,7 +314,7 @@ class LocalEvaluator:
             if timed and timing and timing["baseline"] == "compile":
                 limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
             checked = _checked_calls(plan, run, self.config.timing.probes)
-            with (self._device_slot if timed else None) or nullcontext():
+            with self._run_admission(task), (self._device_slot if timed else None) or nullcontext():
                 ref = self._reference.run(task, plan, timing, limit_s, *checked)
         except ReferenceError_ as e:
             if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on
@@ -355,7 +362,7 @@ class LocalEvaluator:
         candidate's process failed, which is then the candidate's ``runtime_error``."""
         assert run.failure is not None
         try:
-            with self._device_slot or nullcontext():
+            with self._run_admission(task), self._device_slot or nullcontext():
                 self._reference.run(task, plan, None, self.config.run_timeout_s)
         except ReferenceError_ as e:
             why = f"task refused (its own code fails, not the candidate's): {str(e)[:2000]}"
@@ -438,6 +445,7 @@ class LocalEvaluator:
                 device_slot=self._device_slot,
                 binary_policy=self._binary_policy(),
                 pairer=pairer,
+                memory_slot=None if self.backend.compile_only else self._run_admission(task),
             )
         finally:
             worker.close()

@@ -126,12 +126,46 @@ def test_bench_verdicts_metrics_and_resume(tmp_path: Path, capsys: pytest.Captur
     assert _rows(out) == rows
 
 
+def _plain(response: str) -> str:
+    """The program inside a fenced response, as KernelBench's generations folders store it."""
+    return response.split("```python\n", 1)[1].rsplit("```", 1)[0]
+
+
+def _verdict(row: dict[str, Any]) -> tuple[Any, ...]:
+    """What a sample's result says, without its task's name or its times."""
+    res = row["result"]
+    return (row["sample"], row["level"], row["score"], res["stage"], tuple(res["flags"]), res.get("build_tier"),
+            res["trials_passed"], res["trials_total"])  # fmt: skip
+
+
+_MEASURED = {"fast_p", "geomean_speedup", "best_speedup", "median_build_s", "built"}
+
+
+def _metrics(out: Path) -> Any:
+    """summary.json without task names (the folder's ``level1/<stem>``, the JSONL's path) and without what is
+    measured rather than judged (speedups, build seconds, builds the second run found in the shared cache)."""
+
+    def judged(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: judged(x) for k, x in v.items() if k not in _MEASURED}
+        return v
+
+    summary = judged(json.loads((out / "summary.json").read_text()))
+    summary["per_task"] = sorted(json.dumps(v, sort_keys=True) for v in summary["per_task"].values())
+    return summary
+
+
 @pytest.mark.slow
 def test_bench_kernelbench_generations_folder(tmp_path: Path) -> None:
     gens = tmp_path / "runs" / "my_model"
     gens.mkdir(parents=True)
-    for sample, fn in enumerate(("relu_ok", "relu_wrong")):  # plain programs, as KernelBench stores them
-        code = hazard_candidate(fn).split("```python\n", 1)[1].rsplit("```", 1)[0]
+    programs = [  # plain programs, as KernelBench stores them; one of each verdict a folder run can give cheaply
+        _plain(hazard_candidate("relu_ok")),
+        _plain(hazard_candidate("relu_wrong")),
+        _plain(COMPILE_ERROR_CANDIDATE),
+        "",  # an empty generation (KernelBench writes one when the model's answer had no code)
+    ]
+    for sample, code in enumerate(programs):
         (gens / f"level_1_problem_1_sample_{sample}_kernel.py").write_text(code)
     (gens / "level_1_problem_1_sample_0_prompt.txt").write_text("ignored")
     out = tmp_path / "out"
@@ -140,21 +174,25 @@ def test_bench_kernelbench_generations_folder(tmp_path: Path) -> None:
     assert [(r["task"], r["level"], r["result"]["stage"]) for r in rows] == [
         ("level1/1_Small_ReLU", 1, "correct"),
         ("level1/1_Small_ReLU", 1, "incorrect"),
+        ("level1/1_Small_ReLU", 1, "compile_error"),
+        ("level1/1_Small_ReLU", 1, "format_error"),
     ]
     assert rows[0]["file"] == "level_1_problem_1_sample_0_kernel.py"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["pass_at_k"] == {"1": 0.5, "2": 1.0} and summary["by_level"]["1"]["samples"] == 2
-    # The same samples as a JSONL naming the problem file: the same tasks (derived shapes), verdicts and scores.
-    ref = KB_MINI / "level1" / "1_Small_ReLU.py"
+    assert summary["pass_at_k"] == {"1": 0.25, "2": 0.5, "4": 1.0} and summary["by_level"]["1"]["samples"] == 4
+    # The same samples as a JSONL naming the problem file (a copy outside the checkout, found by its source, with
+    # --tasks): per sample the same verdict, flags, build path, trials, level and score, and the same metrics.
+    copy = tmp_path / "problems" / "relu.py"
+    copy.parent.mkdir()
+    copy.write_text((KB_MINI / "level1" / "1_Small_ReLU.py").read_text())
     jsonl = tmp_path / "same.jsonl"
-    jsonl.write_text("".join(json.dumps({"task": str(ref), "sample": r["sample"], "response": (gens / r["file"])
-                                         .read_text()}) + "\n" for r in rows))  # fmt: skip
-    assert main(["bench", str(jsonl), "--out", str(tmp_path / "out_jsonl"), *FAST]) == 0
-    again = sorted(_rows(tmp_path / "out_jsonl"), key=lambda r: r["sample"])
-    assert [(r["result"]["stage"], r["level"], r["score"]) for r in again] == [
-        (r["result"]["stage"], r["level"], r["score"]) for r in rows
-    ], again
-    assert [r["result"]["trials_total"] for r in again] == [r["result"]["trials_total"] for r in rows]
+    lines = [{"task": str(copy), "sample": r["sample"], "response": (gens / r["file"]).read_text()} for r in rows]
+    jsonl.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out_jsonl = tmp_path / "out_jsonl"
+    assert main(["bench", str(jsonl), "--tasks", str(KB_MINI), "--out", str(out_jsonl), *FAST]) == 0
+    again = sorted(_rows(out_jsonl), key=lambda r: r["sample"])
+    assert [_verdict(r) for r in again] == [_verdict(r) for r in rows], again
+    assert _metrics(out_jsonl) == _metrics(out)
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Machine-wide build admission: slots held across processes, memory checked, one build always let through."""
+"""Machine-wide admission: slots held across processes, memory checked, one build (or run) always let through;
+candidate runs on slots of their own; background builds give way instead of waiting."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from musaenv.build.admission import NEED_MB, admitted, slot_count
+from musaenv.build.admission import NEED_MB, admitted, release, run_need_mb, slot_count, try_admit
 
 _HOLD = """
 import fcntl, os, sys, time
@@ -84,3 +85,46 @@ def test_a_dead_holder_frees_its_slot(tmp_path: Path) -> None:
         p.wait()
     with admitted("light", "t", available=lambda: 10.0**6, root=tmp_path) as waited:
         assert waited < 1.0
+
+
+def test_a_run_waits_for_memory_while_another_run_holds_a_slot(tmp_path: Path) -> None:
+    """A candidate run needing more than is available waits for the other run to end; builds' slots do not
+    count (a run never waits behind a compiler, nor the reverse)."""
+    builds = [_hold(tmp_path / f"slot-{i}.lock", 5.0) for i in range(slot_count(NEED_MB["light"]))]
+    other = _hold(tmp_path / "run-slot-0.lock", 1.5)
+    try:
+        t0 = time.monotonic()
+        need = run_need_mb(700.0)
+        with admitted("worker", "t", need_mb=need, family="run", available=lambda: need - 1, root=tmp_path) as waited:
+            took = time.monotonic() - t0
+        with admitted("worker", "t", need_mb=need, family="run", available=lambda: need, root=tmp_path) as again:
+            assert again < 1.0  # enough memory, every build slot busy: admitted at once
+    finally:
+        other.wait()
+        for p in builds:
+            p.kill()
+            p.wait()
+    assert waited >= 0.8 and took >= 0.8, (waited, took)
+
+
+def test_run_need_counts_two_workers_and_the_tasks_peak() -> None:
+    assert run_need_mb(None) == 2 * NEED_MB["worker"]
+    assert run_need_mb(1000.0) == 2 * (NEED_MB["worker"] + 1000.0)
+    assert slot_count(NEED_MB["worker"], per_core=2) <= 2 * len(os.sched_getaffinity(0))
+
+
+def test_background_admission_never_waits_and_never_goes_short(tmp_path: Path) -> None:
+    assert try_admit("cxx", "bg", available=lambda: 1.0, root=tmp_path) is None  # alone, but short: skipped
+    fd = try_admit("cxx", "bg", available=lambda: 10.0**6, root=tmp_path)
+    assert fd is not None
+    try:
+        n = slot_count(NEED_MB["cxx"])
+        others = [try_admit("cxx", "bg", available=lambda: 10.0**6, root=tmp_path) for _ in range(n)]
+        assert others.count(None) == 1  # every slot held now (one by fd): the next is skipped, not queued
+        for o in others:
+            release(o)
+    finally:
+        release(fd)
+    t0 = time.monotonic()
+    with admitted("cxx", "t", available=lambda: 10.0**6, root=tmp_path) as waited:  # released: free again
+        assert waited < 1.0 and time.monotonic() - t0 < 1.0

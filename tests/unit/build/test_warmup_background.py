@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from musaenv import _env
-from musaenv.build import builder, builder_launch, warmup
+from musaenv.build import admission, builder, builder_launch, warmup
+
+
+def _roomy_slots(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """Background admission on slots of our own with memory to spare (not this host's state)."""
+    monkeypatch.setattr(warmup, "try_admit", partial(admission.try_admit, available=lambda: 1e6, root=root))
 
 
 def test_background_items_put_the_builds_own_headers_first() -> None:
@@ -26,7 +33,10 @@ def test_background_items_put_the_builds_own_headers_first() -> None:
 
 
 @pytest.mark.parametrize(("setting", "common"), [("1", True), ("wanted", False)])
-def test_start_background_queues_common_sets_once(monkeypatch: pytest.MonkeyPatch, setting: str, common: bool) -> None:
+def test_start_background_queues_common_sets_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setting: str, common: bool
+) -> None:
+    _roomy_slots(monkeypatch, tmp_path)
     spawned: list[list[dict[str, Any]]] = []
 
     class Done:
@@ -90,3 +100,40 @@ def test_a_bind_item_also_computes_the_names_only_torch_extension_h_declares(tmp
     names = json.loads((cache / f"extension_only_names-{flags.bind_key()}.json").read_text())
     assert "PYBIND11_MODULE" in names  # pybind11 is among the headers only torch/extension.h brings
     assert not [p for p in cache.iterdir() if p.is_dir() and p.name.startswith("tmp")]  # its scratch dir is gone
+
+
+def test_background_build_gives_way_when_memory_is_short(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Short of memory, no background header build starts (not even alone), and the same headers are asked for
+    again by a later build once memory is back; the slot it then holds is given back when it ends."""
+    spawned: list[Any] = []
+
+    def fake_spawn(items: list[dict[str, Any]], timeout_s: float, background: bool) -> tuple[Any, Path]:
+        spawned.append(subprocess.Popen(["sleep", "0.5"]))
+        return spawned[-1], tmp_path / "spec"
+
+    memory = [100.0]  # MB available: below a C++ unit's need
+    monkeypatch.setattr(warmup, "try_admit", partial(admission.try_admit, available=lambda: memory[0], root=tmp_path))
+    monkeypatch.setenv("MUSAENV_BACKGROUND_WARMUP", "wanted")
+    monkeypatch.setattr(warmup, "_spawn", fake_spawn)
+    monkeypatch.setattr(warmup, "_BG_PROCS", [])
+    monkeypatch.setattr(warmup, "_BG_SEEN", set())
+    warmup.start_background(["split"], {"extra_cflags": ["-O3"]})
+    assert spawned == []
+    memory[0] = 1e6
+    warmup.start_background(["split"], {"extra_cflags": ["-O3"]})
+    assert len(spawned) == 1
+    n = admission.slot_count(admission.NEED_MB["cxx"])
+    held = [admission._try_lock(tmp_path / f"slot-{i}.lock") for i in range(n)]
+    assert held.count(None) == 1  # the background build holds one build slot while it runs
+    for fd in held:
+        admission.release(fd)
+    warmup.wait_background(10)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # its reaper gives the slot back
+        fds = [admission._try_lock(tmp_path / f"slot-{i}.lock") for i in range(n)]
+        for fd in fds:
+            admission.release(fd)
+        if None not in fds:
+            break
+        time.sleep(0.05)
+    assert None not in fds

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from musaenv.build import warmup
+from musaenv.build import admission, warmup
 from musaenv.isolation.proctree import is_zombie
 
 
@@ -25,6 +26,7 @@ def test_finished_background_build_is_reaped_and_its_directory_removed(
         return started[-1], spec_dir
 
     monkeypatch.setattr(warmup, "_spawn", spawn)
+    monkeypatch.setattr(warmup, "try_admit", partial(admission.try_admit, available=lambda: 1e6, root=tmp_path))
     monkeypatch.setattr(warmup, "_BG_PROCS", [])
     monkeypatch.setattr(warmup, "_BG_SEEN", set())
     monkeypatch.setenv("MUSAENV_BACKGROUND_WARMUP", "1")
