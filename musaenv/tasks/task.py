@@ -57,7 +57,8 @@ class Task:
         atol: Absolute tolerance for the correctness check.
         rtol: Relative tolerance for the correctness check.
         shapes: Size tier (``cpu``, ``gpu``, ``interp`` for Triton's CPU interpreter) -> shapes; the first shape
-            of a tier is the timing shape, all are used for correctness. An empty shape ``{}`` means "the file's own globals".
+            of a tier is the timing shape, all are used for correctness. An empty shape ``{}`` means "the file's
+            own globals".
         path: File the task was loaded from, if any.
         warnings: Flags about how strongly the task can be checked, e.g. ``single_shape`` (a tier with one shape:
             the file's sizes could not be varied); set by shape derivation (:mod:`musaenv.tasks.derive`).
