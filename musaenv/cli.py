@@ -90,8 +90,9 @@ def _cmd_tasks_dir(args: argparse.Namespace) -> int:
     for r in rows:
         warn = f"  [{', '.join(r['warnings'])}]" if r["warnings"] else ""
         print(f"{r['id']}  (level {r['level']}, {r['dtype']}, atol={r['atol']:g}){warn}")
-        for tier in ("cpu", "gpu"):
-            print(f"    {tier}: {_shapes_text(r['shapes'].get(tier, []))}")
+        for tier in ("cpu", "gpu", "interp"):
+            if tier != "interp" or r["shapes"].get(tier):
+                print(f"    {tier}: {_shapes_text(r['shapes'].get(tier, []))}")
         if r["warnings"]:  # the flags alone do not say what to fix (a not_derived file's error, a fixed size)
             for note in r["notes"]:
                 print(f"    why: {note}")
@@ -242,7 +243,7 @@ def _build_parser() -> argparse.ArgumentParser:
     src.add_argument("--reference", help="path of a KernelBench-format reference program")
     e.add_argument("--candidate", required=True, help="file holding the response or program")
     e.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "triton", "musa", "cupy"])
-    e.add_argument("--tier", default="auto", choices=["auto", "cpu", "gpu"])
+    e.add_argument("--tier", default="auto", choices=["auto", "cpu", "gpu", "interp"])
     e.add_argument("--trials", type=int, default=5)
     e.add_argument("--seed", type=int, default=0, help="seed of the inputs and checks (mixed with a secret)")
     e.add_argument(

@@ -184,7 +184,8 @@ class EvalConfig(_Config):
 
     Attributes:
         num_trials: Correctness trials with fresh seeded inputs (KernelBench uses 5), spread over the tier's shapes.
-        tier: Size tier of built-in tasks: ``cpu`` (small), ``gpu`` (KernelBench-like) or ``auto`` (by backend).
+        tier: Size tier: ``cpu`` (small), ``gpu`` (KernelBench-like), ``interp`` (smaller still where a derived
+            file allows, for Triton's CPU interpreter; else the cpu tier) or ``auto`` (by backend).
         atol: Absolute tolerance override; ``None`` uses the task's per-dtype default.
         rtol: Relative tolerance override; ``None`` uses the task's per-dtype default.
         compile_timeout_s: CPU seconds one extension's build may use (its whole process tree).
@@ -253,7 +254,8 @@ class EvalConfig(_Config):
     def __post_init__(self) -> None:
         n = type(self).__name__
         _require(self.num_trials >= 1, n, "num_trials >= 1", self.num_trials, "Use at least one trial.")
-        _require(self.tier in ("auto", "cpu", "gpu"), n, "tier in auto/cpu/gpu", self.tier, "Pick one of those.")
+        tiers = ("auto", "cpu", "gpu", "interp")
+        _require(self.tier in tiers, n, "tier in auto/cpu/gpu/interp", self.tier, "Pick one of those.")
         for name in ("compile_timeout_s", "load_timeout_s", "run_timeout_s", "timing_timeout_s"):
             v = getattr(self, name)
             _require(v > 0, n, f"{name} > 0", v, "Give a positive number of seconds.")

@@ -220,7 +220,7 @@ class KernelGenEnv(gym.Env[str, str]):
         else:
             self._task = self._sampled(self._pool[int(self.np_random.integers(len(self._pool)))])
         ev = self.config.eval
-        copies = ev.num_trials + ev.stress_count + (plan_pool(ev) if self._tier() == "cpu" else 1)
+        copies = ev.num_trials + ev.stress_count + (plan_pool(ev) if self._tier() != "gpu" else 1)
         check_memory(self._task, self._tier(), ev.sandbox.address_space_mb, copies)  # before any draw
         self._first_prompt = initial_prompt(self._task, self._backend(), self._tier(), ev.static_policy)
         self._obs = self._first_prompt

@@ -28,7 +28,8 @@ class BackendInfo:
     Attributes:
         name: ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy`` (CUDA kernels built by CuPy's NVRTC).
         device: torch device string candidates run on (``cpu``, ``cuda``, ``musa``).
-        tier: Size tier of built-in tasks that suits it (``cpu`` or ``gpu``).
+        tier: Size tier that suits it (``cpu``, ``gpu``, or ``interp``: Triton's CPU interpreter, the cpu tier's
+            sizes shrunk further where a file's can be; docs/backends.md).
         compile_only: True when the device is absent: sources are compiled for real but not run.
         reason: Why it was chosen or why it is compile-only.
     """
@@ -97,7 +98,7 @@ def resolve_backend(name: str = "auto") -> BackendInfo:
         if _cuda_device_present():
             return BackendInfo("triton", "cuda", "gpu")
         _require_interpreter_triton()
-        return BackendInfo("triton", "cpu", "cpu", reason="no GPU: Triton kernels run in TRITON_INTERPRET=1 mode")
+        return BackendInfo("triton", "cpu", "interp", reason="no GPU: Triton kernels run in TRITON_INTERPRET=1 mode")
     if name == "cupy":
         return _resolve_cupy()
     if _musa_present():

@@ -25,7 +25,7 @@ from musaenv.errors import ConfigError
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.memory import candidate_budget_mb, status_mb
 from musaenv.evaluator.pairing import RefSession
-from musaenv.evaluator.plan import EvalPlan, interpreted_config, make_plan, plan_pool
+from musaenv.evaluator.plan import EvalPlan, interpreted_config, interpreter_shapes, make_plan, plan_pool
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
 from musaenv.evaluator.verdict import judge
 from musaenv.isolation import forkserver
@@ -99,6 +99,7 @@ class LocalEvaluator:
         device_env = dict(worker_env or {})  # device pins: the reference worker gets them too
         # Triton without a GPU runs kernels in its interpreter, which must be chosen before triton is imported.
         interpret = self.backend.name == "triton" and self.backend.device == "cpu"
+        self._interpreted = interpret
         if interpret:  # judged on correctness there, with room for interpreted grids (docs/backends.md)
             self.config = interpreted_config(self.config)
         self._worker_env = {"TRITON_INTERPRET": "1", **device_env} if interpret else device_env
@@ -228,6 +229,7 @@ class LocalEvaluator:
     def _evaluate(self, task: Task, response: str, seed: int) -> EvalResult:
         """One step, stage by stage (docs/architecture.md); a stage that settles the verdict raises :class:`_Early`."""
         base = EvalResult(stage=Stage.FORMAT_ERROR, task_id=task.id, backend=self.backend.name)
+        plan: EvalPlan | None = None
         try:
             code = self._parse(response, base)
             static = self._static_checks(code, base)
@@ -235,9 +237,20 @@ class LocalEvaluator:
             run = self._run_in_worker(task, code, plan, base)
             ref = self._reference_outputs(task, plan, timing, run, base)
         except _Early as e:
-            return e.result
+            return self._shapes_said(task, plan, e.result)
         result = self._judge(task, run, ref, static)
-        return self._triton_aot(task, code, result)
+        return self._shapes_said(task, plan, self._triton_aot(task, code, result))
+
+    def _shapes_said(self, task: Task, plan: EvalPlan | None, result: EvalResult) -> EvalResult:
+        """On Triton's CPU interpreter: which shapes the trials used and why, in ``extra["shapes"]``, and a message
+        when they are smaller than the cpu tier's (:func:`interpreter_shapes`)."""
+        if plan is None or not self._interpreted:
+            return result
+        said = interpreter_shapes(task, self.tier, self.config.tier != "auto")
+        result = result.replace(extra={**result.extra, "shapes": said})
+        if said["tier"] == "interp":
+            result = result.replace(messages=(*result.messages, said["why"]))
+        return result
 
     def _parse(self, response: str, base: EvalResult) -> str:
         """Stage 1: the candidate's code out of the response (``format_error`` when there is none)."""
@@ -280,7 +293,7 @@ class LocalEvaluator:
         try:
             check_memory(task, self.tier, limit, sets)
         except ConfigError as e:
-            if self.config.tier != "auto" or self.tier == "cpu" or "cpu" not in task.footprint_bytes:
+            if self.config.tier != "auto" or self.tier != "gpu" or "cpu" not in task.footprint_bytes:
                 raise
             check_memory(task, "cpu", limit, sets)  # still too large: that message, naming the cpu tier, stands
             log.warning("task %s: the gpu tier does not fit this worker, using the cpu tier (%s)", task.id, e)

@@ -18,6 +18,7 @@ __all__ = [
     "StressTrial",
     "first_use_calls",
     "interpreted_config",
+    "interpreter_shapes",
     "make_plan",
     "plan_pool",
 ]
@@ -157,6 +158,37 @@ def interpreted_config(config: EvalConfig) -> EvalConfig:
     return config.replace(
         run_timeout_s=config.run_timeout_s * INTERPRETER_TIME_FACTOR, timing=config.timing.replace(enabled=False)
     )
+
+
+def interpreter_shapes(task: Task, tier: str, chosen: bool) -> dict[str, Any]:
+    """Which shapes an evaluation on Triton's CPU interpreter draws its trials at, and why (``EvalResult.extra``).
+
+    Args:
+        task: The task.
+        tier: The evaluator's tier (``interp`` unless the user chose another).
+        chosen: The user chose ``tier`` (``EvalConfig.tier``), rather than ``auto``.
+
+    Returns:
+        ``tier`` (the tier whose shapes were used; ``None``: the file's own sizes), ``shapes``, ``cpu_shapes``
+        (the cpu tier's, for comparison) and ``why`` (a sentence).
+    """
+    used = task.tier_used(tier)
+    shapes = [dict(s) for s in task.shapes_for(tier)]
+    cpu = [dict(s) for s in task.shapes_for("cpu")]
+    notes = [n for n in task.notes if n.startswith("interp tier:")]
+    if chosen and tier != "interp":
+        why = f"the {tier} tier, as EvalConfig.tier chose"
+    elif used == "interp":
+        why = (
+            f"judged at interpreter-sized shapes {shapes} (the cpu tier's are {cpu}): Triton's CPU interpreter runs "
+            "a launch's program instances one after another, so the shapes are shrunk to ShapeConfig.interp_bytes "
+            "of inputs + outputs per call; the reference ran at the same shapes"
+        )
+    elif notes:
+        why = f"the cpu tier's shapes ({notes[-1]})"
+    else:
+        why = "the cpu tier's shapes: the task has no interp tier (built-in tasks are sized for the interpreter)"
+    return {"tier": used, "shapes": shapes, "cpu_shapes": cpu, "why": why}
 
 
 def plan_pool(config: EvalConfig) -> int:

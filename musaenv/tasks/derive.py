@@ -14,6 +14,9 @@ Rules (docs/tasks.md has the measured numbers behind the defaults):
   fits :attr:`ShapeConfig.cpu_forward_ms` on one core (measured for real; up to ``cpu_forward_max_ms`` with the
   warning ``slow_cpu_tier`` when no accepted size is faster), then an odd shape derived from it and run for real
   as well (untimed in evaluations, so held to ``cpu_forward_max_ms``).
+* **interp tier** (what Triton's CPU interpreter is judged at): the same search from the cpu tier's sizes on, under
+  :attr:`ShapeConfig.interp_bytes`, with its own odd shape; none when the cpu tier already fits that budget or
+  nothing smaller is accepted (an evaluation then uses the cpu tier, :meth:`musaenv.tasks.task.Task.shapes_for`).
 * **Coupled constants** (channels divisible by groups, heads dividing the embedding, a kernel no larger than its
   input) are found by validation: when the all-odd shape is rejected, variables are changed one at a time, each
   through a ladder of candidates (odd values first, then 3, 5, 7 times an odd value, then 2, 4, ... 32 times one),
@@ -72,6 +75,8 @@ class _Deriver:
         self.meta_slow = False  # the meta device is too slow for this program: cpu checks run for real
         self.slow_tier = False  # no size met cpu_forward_ms; the tier is held to cpu_forward_max_ms instead
         self.frozen: dict[Slot, int] = {}  # sizes the cpu search stopped scaling (coupled to a fixed constant)
+        self.budget_bytes = config.cpu_bytes  # inputs + outputs of the tier being searched (cpu, then interp)
+        self.tier_name = "cpu"
 
     def probe(self, values: dict[Slot, int], real: bool) -> dict[str, Any]:
         shape = self.consts.shape(values)
@@ -95,7 +100,7 @@ class _Deriver:
 
     def fits_cpu(self, reply: dict[str, Any]) -> bool:
         flops_ok = int(reply.get("flops") or 0) <= self.config.cpu_forward_max_ms * 1e-3 * PEAK_FLOPS
-        return bool(reply.get("ok")) and call_bytes(reply) <= self.config.cpu_bytes and flops_ok
+        return bool(reply.get("ok")) and call_bytes(reply) <= self.budget_bytes and flops_ok
 
     def consistent(self, reply: dict[str, Any]) -> bool:
         """The program shown for the shape (its constants rewritten) has the sizes the harness's overrides give."""
@@ -209,7 +214,7 @@ class _Deriver:
             return "big"
         if r.get("kind") == "meta_slow":  # outputs unknown: judged by the inputs; the real run decides later
             self.meta_slow = True
-            return "fit" if int(r.get("input_bytes", 0)) <= self.config.cpu_bytes else "big"
+            return "fit" if int(r.get("input_bytes", 0)) <= self.budget_bytes else "big"
         if not r.get("ok"):
             return "reject"
         return "fit" if self.fits_cpu(r) else "big"
@@ -262,7 +267,7 @@ class _Deriver:
     def cpu_timing_shape(self, file_reply: dict[str, Any]) -> tuple[dict[str, Any], dict[Slot, int]] | None:
         """The largest scaled shape within both cpu budgets, run for real, and its values (``None``: none found)."""
         k_max = self._k_max()
-        over = call_bytes(file_reply) / self.config.cpu_bytes  # inputs alone when the meta forward gave no outputs
+        over = call_bytes(file_reply) / self.budget_bytes  # inputs alone when the meta forward gave no outputs
         # Bytes of two scaled dimensions fall by 2^(2/STEPS) per step: the first guess; _fit_memory corrects it.
         k = self._fit_memory(min(k_max, max(0, math.ceil(STEPS / 2 * math.log2(max(over, 1.0))))), k_max)
         if k is None:
@@ -271,7 +276,7 @@ class _Deriver:
                 tiny.get("error")
                 or f"{call_bytes(tiny):,} bytes, {int(tiny.get('flops') or 0):,} FLOPs at the smallest"
             )
-            self.result.notes.append(f"cpu tier: no scaled shape fits {self.config.cpu_bytes:,} bytes ({why})")
+            self.result.notes.append(f"{self.tier_name} tier: no scaled shape fits {self.budget_bytes:,} bytes ({why})")
             return None
         last: dict[str, Any] = {}
         slow, slow_ok = k - 1, None
@@ -300,7 +305,9 @@ class _Deriver:
         if fallback is not None:
             return fallback
         why = last.get("error") or f"{float(last.get('forward_ms') or 0):.1f} ms at the smallest sizes"
-        self.result.notes.append(f"cpu tier: no shape within {self.config.cpu_forward_ms:g} ms on one core ({why})")
+        self.result.notes.append(
+            f"{self.tier_name} tier: no shape within {self.config.cpu_forward_ms:g} ms on one core ({why})"
+        )
         return None
 
     def _freeze(self, accepted: int, rejected: int) -> bool:
@@ -321,7 +328,8 @@ class _Deriver:
             self.frozen = {s: base[s] for s in group}
             if self.scaled(rejected) != base and self._status(rejected) != "reject":
                 kept = ", ".join(s.label() for s in group)
-                self.result.notes.append(f"cpu tier: {kept} kept at {base[group[0]]} while the others scale")
+                tier = self.tier_name
+                self.result.notes.append(f"{tier} tier: {kept} kept at {base[group[0]]} while the others scale")
                 return True
         self.frozen = {}
         return False
@@ -338,9 +346,11 @@ class _Deriver:
         if values is None or not self.consistent(best):
             return None
         self.slow_tier = True
-        self.result.warnings.append("slow_cpu_tier")
+        if "slow_cpu_tier" not in self.result.warnings:
+            self.result.warnings.append("slow_cpu_tier")
         self.result.notes.append(
-            f"cpu tier: {float(best['forward_ms']):.1f} ms per forward at the smallest accepted sizes, over the "
+            f"{self.tier_name} tier: {float(best['forward_ms']):.1f} ms per forward at the smallest accepted sizes, "
+            "over the "
             f"{self.config.cpu_forward_ms:g} ms target (within {self.config.cpu_forward_max_ms:g} ms)"
         )
         return best, values
@@ -367,7 +377,7 @@ class _Deriver:
 
     def tier(self, name: str, first: dict[str, Any], base: dict[Slot, int]) -> None:
         shapes, info = [first["shape"]], [shape_info(first)]
-        odd = self.odd_variant(base, first, cpu=name == "cpu")
+        odd = self.odd_variant(base, first, cpu=name != "gpu")
         if odd is not None:
             shapes.append(odd["shape"])
             info.append(shape_info(odd))
@@ -376,6 +386,24 @@ class _Deriver:
             if "single_shape" not in self.result.warnings:
                 self.result.warnings.append("single_shape")
         self.result.shapes[name], self.result.info[name] = shapes, info
+
+    def interp_tier(self, file_reply: dict[str, Any], cpu_reply: dict[str, Any]) -> None:
+        """The interp tier: the cpu search again under :attr:`ShapeConfig.interp_bytes`, from the cpu tier's sizes
+        (their memo reused, a budget of its own); none when the cpu tier fits already or nothing smaller is found."""
+        budget = self.config.interp_bytes
+        if call_bytes(cpu_reply) <= budget:
+            self.result.notes.append(
+                f"interp tier: the cpu tier's {call_bytes(cpu_reply):,} bytes per call fit {budget:,}; "
+                "the interpreter uses the cpu tier"
+            )
+            return
+        self.budget_bytes, self.tier_name = budget, "interp"
+        self.deadline = time.monotonic() + self.config.file_timeout_s
+        found = self.cpu_timing_shape(file_reply)
+        if found is None or signature(found[0]) == signature(cpu_reply):
+            self.result.notes.append("interp tier: no smaller shape accepted; the interpreter uses the cpu tier")
+            return
+        self.tier("interp", *found)
 
     def _why_single(self) -> str:
         if not self.consts.slots:
@@ -397,6 +425,7 @@ class _Deriver:
                 self.result.warnings.append("no_cpu_tier")
             else:
                 self.tier("cpu", *cpu_first)
+                self.interp_tier(file_reply, cpu_first[0])
         self.result.seconds = time.monotonic() - start
         return self.result
 

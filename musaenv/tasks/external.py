@@ -26,13 +26,13 @@ from musaenv.errors import ConfigError, TaskLoadError
 from musaenv.tasks.constants import read_constants
 from musaenv.tasks.derive import Derivation, ShapeConfig, derive_shapes
 from musaenv.tasks.probe import ProbeClient
-from musaenv.tasks.task import Task, load_task_file
+from musaenv.tasks.task import Task, load_task_file, tier_order
 
 __all__ = ["DERIVE_VERSION", "check_memory", "derive_task", "listing", "load_external", "load_suite"]
 
 log = logging.getLogger(__name__)
 
-DERIVE_VERSION = 2  # bump when derivation rules change: cached derivations of older rules are not reused
+DERIVE_VERSION = 3  # bump when derivation rules change: cached derivations of older rules are not reused
 
 
 def _cache_key(source: str, config: ShapeConfig) -> str:
@@ -191,7 +191,7 @@ def check_memory(task: Task, tier: str, limit_mb: int, copies: int = 1) -> None:
 
     Args:
         task: A derived task (tasks without footprints, such as the built-in suite, pass).
-        tier: ``cpu`` or ``gpu``.
+        tier: ``cpu``, ``gpu`` or ``interp``.
         limit_mb: The worker's address-space limit (``SandboxConfig.address_space_mb``; 0 = unlimited).
         copies: Input sets held at once (the cpu tier draws trials and the timing pool ahead).
 
@@ -200,7 +200,7 @@ def check_memory(task: Task, tier: str, limit_mb: int, copies: int = 1) -> None:
     """
     if not limit_mb:
         return
-    sizes = task.footprint_bytes.get(tier) or task.footprint_bytes.get("gpu" if tier == "cpu" else "cpu") or ()
+    sizes = next((task.footprint_bytes[t] for t in tier_order(tier) if task.footprint_bytes.get(t)), ())
     known = [b for b in sizes if b is not None]
     if not known:
         return

@@ -58,6 +58,12 @@ class ShapeConfig(_Config):
         file_timeout_s: Budget of a whole file; what is not derived by then keeps fewer shapes (and says so).
         probe_memory_mb: Address-space limit of the probe worker.
         real_limit_bytes: gpu-tier odd shapes are also run for real when inputs + parameters are at most this.
+        interp_bytes: Inputs + outputs of one call at an interp-tier shape (what Triton's CPU interpreter is judged
+            at). The interpreter runs a launch's program instances one after another in Python (0.1-1 ms each), so
+            its time grows with the outputs, not with a CPU's speed: a public direct convolution correct on a GPU
+            (1,872 programs per launch at the cpu tier's 23 MB per call) used 480 CPU s without finishing its
+            trials. 4 MiB (1M fp32 elements) keeps shapes of hundreds per axis, many programs per axis at usual
+            block sizes (docs/backends.md, "Interpreter-sized shapes").
     """
 
     cpu_bytes: int = 32 << 20
@@ -68,10 +74,13 @@ class ShapeConfig(_Config):
     file_timeout_s: float = 60.0
     probe_memory_mb: int = 8192
     real_limit_bytes: int = 64 << 20
+    interp_bytes: int = 4 << 20
 
     def __post_init__(self) -> None:
         n = type(self).__name__
         _require(self.cpu_bytes >= 1 << 16, n, "cpu_bytes >= 65536", self.cpu_bytes, "e.g. 32 << 20.")
+        _require(1 << 12 <= self.interp_bytes <= self.cpu_bytes, n, "4096 <= interp_bytes <= cpu_bytes",
+                 self.interp_bytes, "e.g. 4 << 20.")  # fmt: skip
         _require(self.cpu_forward_ms > 0, n, "cpu_forward_ms > 0", self.cpu_forward_ms, "e.g. 20.")
         _require(self.repeats >= 1, n, "repeats >= 1", self.repeats, "")
         for name in ("check_timeout_s", "file_timeout_s"):

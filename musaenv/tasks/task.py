@@ -17,7 +17,16 @@ from typing import Any
 
 from musaenv.errors import TaskLoadError
 
-__all__ = ["DEFAULT_TOLERANCES", "Shape", "Task", "level_of", "load_task_dir", "load_task_file", "size_globals"]
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "Shape",
+    "Task",
+    "level_of",
+    "load_task_dir",
+    "load_task_file",
+    "size_globals",
+    "tier_order",
+]
 
 Shape = dict[str, Any]
 """Overrides of module-level size constants, e.g. ``{"batch_size": 16, "dim": 1024}``."""
@@ -47,8 +56,9 @@ class Task:
         dtype: Dtype of the floating inputs (``float32``, ``float16``, ``bfloat16``).
         atol: Absolute tolerance for the correctness check.
         rtol: Relative tolerance for the correctness check.
-        shapes: Size tier (``cpu``, ``gpu``) -> shapes; the first shape of a tier is the timing shape,
-            all are used for correctness. An empty shape ``{}`` means "the file's own globals".
+        shapes: Size tier (``cpu``, ``gpu``, ``interp`` for Triton's CPU interpreter) -> shapes; the first shape
+            of a tier is the timing shape, all are used for correctness. An empty shape ``{}`` means "the file's
+            own globals".
         path: File the task was loaded from, if any.
         warnings: Flags about how strongly the task can be checked, e.g. ``single_shape`` (a tier with one shape:
             the file's sizes could not be varied); set by shape derivation (:mod:`musaenv.tasks.derive`).
@@ -73,11 +83,16 @@ class Task:
     notes: tuple[str, ...] = ()
 
     def shapes_for(self, tier: str) -> tuple[Shape, ...]:
-        """Shapes of a tier (``cpu`` or ``gpu``); falls back to the other tier, then to the file's globals."""
-        for t in (tier, "gpu" if tier == "cpu" else "cpu"):
+        """Shapes of a tier (``cpu``, ``gpu`` or ``interp``); falls back along :func:`tier_order`, then to the
+        file's globals."""
+        for t in tier_order(tier):
             if self.shapes.get(t):
                 return self.shapes[t]
         return ({},)
+
+    def tier_used(self, tier: str) -> str | None:
+        """The tier whose shapes :meth:`shapes_for` gives for ``tier`` (``None``: the file's globals)."""
+        return next((t for t in tier_order(tier) if self.shapes.get(t)), None)
 
     @property
     def source_hash(self) -> str:
@@ -109,6 +124,12 @@ class Task:
             "path": self.path,
             "warnings": list(self.warnings),
         }
+
+
+def tier_order(tier: str) -> tuple[str, ...]:
+    """Tiers tried for ``tier``, best first: ``interp`` (Triton's CPU interpreter; derived files only) falls back to
+    the cpu tier, the cpu and gpu tiers to each other."""
+    return {"interp": ("interp", "cpu", "gpu"), "cpu": ("cpu", "gpu")}.get(tier, (tier, "cpu"))
 
 
 def _global_assignments(source: str) -> dict[str, tuple[int, int]]:

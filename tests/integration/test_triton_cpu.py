@@ -92,6 +92,61 @@ def test_interpreted_grids_get_room_and_no_timing() -> None:
         assert ev.evaluate(get_task("l1_relu"), endless, seed=2).stage is Stage.TIMEOUT
 
 
+# A KernelBench-format file at GPU sizes (6 GiB a call): derived, its cpu tier is 32 MB a call, its interp tier 4 MiB.
+RELU_FILE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+
+
+batch_size = 4096
+dim = 393216
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_derived_task_is_judged_at_interpreter_sized_shapes(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidate and reference run at the interp tier's shapes (smaller than the cpu tier's, still many blocks of
+    1,024 and an odd shape), and the result says which and why. (The tier changes no limit: an endless kernel is
+    the candidate's timeout, test_interpreted_grids_get_room_and_no_timing.)"""
+    from musaenv.tasks.external import load_external
+
+    monkeypatch.setenv("MUSAENV_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "level1").mkdir()
+    path = tmp_path / "level1" / "relu_big.py"
+    path.write_text(RELU_FILE)
+    task = load_external(path)
+    interp = task.shapes["interp"]
+    assert (
+        len(interp) == 2
+        and interp[0]["batch_size"] * interp[0]["dim"]
+        < task.shapes["cpu"][0]["batch_size"] * (task.shapes["cpu"][0]["dim"])
+    )
+    assert min(s["batch_size"] * s["dim"] for s in interp) > 16 * 1024  # more than 16 programs of 1,024 elements
+    small_blocks = _relu("    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)").replace("65536", "1024")
+    with LocalEvaluator("triton", FAST.replace(run_timeout_s=RUN_LIMIT_S)) as ev:
+        assert ev.tier == "interp"
+        r = ev.evaluate(task, small_blocks, seed=1)
+        assert r.stage is Stage.CORRECT, r.to_dict()
+        said = r.extra["shapes"]
+        assert said["tier"] == "interp" and said["shapes"] == [dict(s) for s in interp], said
+        assert said["cpu_shapes"] == [dict(s) for s in task.shapes["cpu"]]
+        assert any("interpreter-sized shapes" in m for m in r.messages), r.messages
+        wrong = ev.evaluate(task, WRONG, seed=2)  # compared with the reference at the same (interp) shapes
+        assert wrong.stage is Stage.INCORRECT and wrong.extra["shapes"]["tier"] == "interp"
+
+
 def test_triton_without_gpu_runs_in_the_interpreter(evaluator):
     assert evaluator.backend.device == "cpu"
     assert "TRITON_INTERPRET" in evaluator.backend.reason

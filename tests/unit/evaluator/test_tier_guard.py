@@ -35,3 +35,7 @@ def test_auto_tier_that_cannot_fit_falls_back_to_the_cpu_tier():
 def test_a_chosen_tier_that_cannot_fit_names_the_flag():
     with pytest.raises(ConfigError, match="--tier cpu"):
         _tier(BackendInfo("cuda", "cuda", "gpu"), tier="gpu")
+
+
+def test_the_interpreters_tier_is_guarded_by_the_cpu_tiers_bytes_without_its_own():
+    assert _tier(BackendInfo("triton", "cpu", "interp")) == "interp"
