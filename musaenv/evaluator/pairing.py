@@ -11,10 +11,11 @@ alternates from pair to pair, so a slow first or second position cancels.
 The sample of a call is measured by the parent from sending the call to reading its answer: on the CPU the worker
 process's CPU time over that window, read from the kernel's accounting (:func:`~musaenv.evaluator.cpu_watch.
 process_cpu_clock`: every thread, exited ones included; the time a busy host keeps the worker off a core is not in
-it), on a GPU (where the work is not CPU time) the parent's monotonic clock. Nothing in the candidate's process (a
-saved clock, a list of samples, a libpython slot) decides a sample. The workers' own measures travel along and are
-only cross-checked (:func:`musaenv.timing.paired.sample_mismatch`), and so is the CPU time each worker spends
-outside its windows (:func:`musaenv.timing.paired.outside_work`: work moved before the clock starts).
+it; read only once no thread of the worker runs, when the kernel's sum is current, so each worker waits for a word
+after its last call too), on a GPU (where the work is not CPU time) the parent's monotonic clock. Nothing in the
+candidate's process (a saved clock, a list of samples, a libpython slot) decides a sample. The workers' own measures
+travel along and are only cross-checked (:func:`musaenv.timing.paired.sample_mismatch`), and so is the CPU time each
+worker spends outside its windows (:func:`musaenv.timing.paired.outside_work`: work moved before the clock starts).
 """
 
 from __future__ import annotations
@@ -194,13 +195,13 @@ def _pair_calls(
             if handoff is not None:
                 break
         i += 1
-        if handoff is not None or i >= repeats:
+        if handoff is not None:
             break
-        if i >= 3 and time.monotonic() > end and not any(k >= i for k in keep):
-            c.send(TimeEnd().to_dict())
+        if i >= repeats or (i >= 3 and time.monotonic() > end and not any(k >= i for k in keep)):
+            c.send(TimeEnd().to_dict())  # both wait for a word after every call, the last one too
             r.send(TimeEnd().to_dict())
             break
-    if handoff is not None and len(r.ms) < repeats:
+    if handoff is not None:
         ref.send(TimeEnd().to_dict())  # the reference waits for its next call: let it end
     t0 = time.monotonic()
     ref_timing = ref.finish()
@@ -210,5 +211,6 @@ def _pair_calls(
     samples = PairedSamples(
         r.ms[:n], c.ms[:n], r.own_ms[:n], c.own_ms[:n], firsts[:n], prints, ref_timing.baseline_note,
         clock="cpu" if c.cpu is not None else "wall", ref_out_ms=r.out_ms, cand_out_ms=c.out_ms,
+        unsettled=sum(int(getattr(side.cpu, "unsettled", 0)) for side in (r, c)),
     )  # fmt: skip
     return samples, handoff

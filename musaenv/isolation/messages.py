@@ -81,7 +81,7 @@ __all__ = [
 # Raise on any change of a record's fields or meaning: parent and workers must run the same code.
 # 4: paired timing (TimePrepare, TimeReady, TimeCall, TimeDone, TimeEnd, PairedRequest); 5: stress trials (a trial's
 # ``scale`` and ``offset``, :attr:`Trial.skip`)
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 

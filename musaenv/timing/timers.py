@@ -164,7 +164,9 @@ def time_gated(
     """Like :func:`time_forward`, but each timed call waits for the parent (``gate``), which times it with its own
     clock: fresh clone and cache flush before :meth:`CallGate.ready`, then call, synchronise and the output's
     fingerprint (every output element read, so no work hides in lazily computed pages) before
-    :meth:`CallGate.done`. The parent decides how many calls run (at most ``repeats``).
+    :meth:`CallGate.done`. The parent decides how many calls run (at most ``repeats``), and ends them with the
+    word :meth:`CallGate.prepare` returns False on, also after the last call: until then the worker waits, so the
+    parent's reading of its CPU clock at the end of a window never catches it at work on what follows.
 
     Fingerprints are computed in the reference's form on both sides, so the reference and the candidate pay the
     same for them inside the window; the candidate's are cut to its form (``[sum, sum^2]``) afterwards.
@@ -175,9 +177,11 @@ def time_gated(
     clock.sync()
     run = TimedRun([], [], {})
     out: Any = None
-    for i in range(repeats):
+    for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
         if not gate.prepare(i):
             break
+        if i == repeats:
+            raise RuntimeError(f"the parent asked for timed call {i} of a plan of {repeats}")
         args = clone_args(inputs[i % len(inputs)])
         if flush is not None:
             flush.fill_(float(i))
