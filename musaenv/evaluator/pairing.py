@@ -1,7 +1,8 @@
 """Paired timing, driven by the parent: the reference and the candidate timed call by call, interleaved.
 
 Both workers are alive and pinned to the same timing cores. For each call the parent tells one worker to prepare
-it (:class:`~musaenv.isolation.messages.TimePrepare`: a fresh clone of the input, the cache flushed), waits for its
+it (:class:`~musaenv.isolation.messages.TimePrepare`: the call's inputs drawn then from a seed the parent picks
+afresh for the pair and sends to both workers, the cache flushed), waits for its
 :class:`~musaenv.isolation.messages.TimeReady`, sends :class:`~musaenv.isolation.messages.TimeCall` and reads its
 :class:`~musaenv.isolation.messages.TimeDone` (the call ran and its output was read in full, as a fingerprint);
 then the other worker's call. One worker runs at a time, each prepares only when told, and nothing but the timed
@@ -20,6 +21,7 @@ worker spends outside its windows (:func:`musaenv.timing.paired.outside_work`: w
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,9 +121,10 @@ class _Side:
     last_ns: int | None = None
 
 
-def _timed(side: _Side, index: int) -> Handoff | None:
-    """Call ``index`` of ``side``: prepared when told, then timed by this process from call to answer."""
-    side.send(TimePrepare(index=index).to_dict())
+def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
+    """Call ``index`` of ``side`` on inputs drawn from ``seed``: prepared when told, then timed by this process from
+    call to answer."""
+    side.send(TimePrepare(index=index, seed=seed).to_dict())
     ready = side.recv()
     if isinstance(ready, (TimeReady, TimeDone)) and (not isinstance(ready, TimeReady) or ready.index != index):
         raise ProtocolError(f"expected readiness for timed call {index}, got {ready!r}"[:200])
@@ -182,14 +185,16 @@ def _pair_calls(
     c.cpu = c.cpu if ref_cpu is not None else None  # both on one clock, or both on the wall clock
     r = _Side(ref.next, ref.send, ref_cpu)
     firsts: list[bool] = []
+    seeds: list[int] = []
     handoff: Handoff | None = None
     end = time.monotonic() + budget
     i = 0
     while handoff is None:
         firsts.append(i % 2 == 0)
+        seeds.append(secrets.randbelow(2**31))  # drawn now: no worker can know a later call's inputs
         for side in (r, c) if firsts[-1] else (c, r):
             t0 = time.monotonic()
-            handoff = _timed(side, i)
+            handoff = _timed(side, i, seeds[-1])
             if side is r:
                 waits(time.monotonic() - t0)
             if handoff is not None:
@@ -211,6 +216,6 @@ def _pair_calls(
     samples = PairedSamples(
         r.ms[:n], c.ms[:n], r.own_ms[:n], c.own_ms[:n], firsts[:n], prints, ref_timing.baseline_note,
         clock="cpu" if c.cpu is not None else "wall", ref_out_ms=r.out_ms, cand_out_ms=c.out_ms,
-        unsettled=sum(int(getattr(side.cpu, "unsettled", 0)) for side in (r, c)),
+        unsettled=sum(int(getattr(side.cpu, "unsettled", 0)) for side in (r, c)), seeds=seeds,
     )  # fmt: skip
     return samples, handoff

@@ -314,10 +314,13 @@ class PairedRequest(ReferenceRequest):
 @dataclass(frozen=True)
 class TimePrepare(Message):
     """Prepare timed call ``index`` (fresh inputs, cache flushed) and say :class:`TimeReady`: a worker prepares
-    only when told, so its preparation never runs inside another call's window."""
+    only when told, so its preparation never runs inside another call's window. ``seed``: the call's inputs are
+    drawn now from this seed (the same for both workers, fresh per call), so nothing of a later call exists in
+    the worker before it is prepared; ``-1``: a clone of the timing pool's input."""
 
     TYPE: ClassVar[str] = "time_prepare"
     index: int
+    seed: int = -1
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,8 @@ class PairedSamples:
             (preparing the next call: clone, cache flush), from the second call on; empty on the wall clock.
         cand_out_ms: The candidate's, likewise.
         threads: Cores the workers may use (``TimingConfig.cpu_threads``).
+        seeds: Per pair, the seed both workers drew the pair's inputs from (picked by the parent when the pair
+            began; empty where the workers timed a pool drawn ahead).
         unsettled: CPU-clock readings taken while a worker thread still ran (after the parent's wait for it ran
             out; :class:`~musaenv.evaluator.cpu_watch.ProcessCpuClock`): those may lag by up to a scheduler tick.
     """
@@ -95,6 +97,7 @@ class PairedSamples:
     cand_out_ms: list[float] = field(default_factory=list)
     threads: int = 1
     unsettled: int = 0
+    seeds: list[int] = field(default_factory=list)
 
     @property
     def pairs(self) -> int:
