@@ -176,8 +176,7 @@ def time_gated(
     from ``warmup_seeds[j]`` when it runs (``inputs`` may be empty): no timed input exists before its call does."""
     flush = _flush_buffer(clock, flush_bytes)
     for i in range(warmup):
-        own = draw is not None and len(warmup_seeds) > 0
-        fn(*(draw(warmup_seeds[i % len(warmup_seeds)]) if own else clone_args(inputs[-1 - i % len(inputs)])))
+        fn(*_warm_args(i, inputs, draw, warmup_seeds))
     clock.sync()
     run = TimedRun([], [], {})
     out: Any = None
@@ -209,6 +208,15 @@ def time_gated(
     if run.samples_ms:
         run.kept_outputs.setdefault(len(run.samples_ms) - 1, out)
     return run
+
+
+def _warm_args(
+    i: int, inputs: Sequence[Sequence[Any]], draw: Callable[[int], Sequence[Any]] | None, seeds: Sequence[int]
+) -> Sequence[Any]:
+    """Warm-up call ``i``'s inputs: drawn from its own seed when there are seeds, else a clone from the pool's end."""
+    if draw is not None and seeds:
+        return draw(seeds[i % len(seeds)])
+    return clone_args(inputs[-1 - i % len(inputs)])
 
 
 def _gated_args(i: int, seed: int, repeats: int, inputs: Sequence[Sequence[Any]], draw: Any) -> list[Any]:
