@@ -19,13 +19,21 @@ import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from musaenv.isolation.proctree import cpu_seconds, thread_count
 
-__all__ = ["CpuWatch", "PhaseUsage", "over_budget", "pin_threads", "process_cpu_clock", "timing_cpus"]
+__all__ = [
+    "CpuWatch",
+    "PhaseUsage",
+    "ProcessCpuClock",
+    "over_budget",
+    "pin_threads",
+    "process_cpu_clock",
+    "threads_running",
+    "timing_cpus",
+]
 
 # /proc's CPU times come in clock ticks (10 ms): a phase shorter than this cannot be judged.
 MIN_JUDGED_WALL_S = 0.1
@@ -34,14 +42,71 @@ MIN_JUDGED_WALL_S = 0.1
 _SLACK_S, _SLACK_FRACTION = 0.03, 0.3
 
 
-def process_cpu_clock(pid: int) -> Callable[[], int] | None:
-    """A reader of process ``pid``'s CPU time in nanoseconds (every thread, exited ones included), or ``None``
-    where the platform has none.
+# How long a reading of a worker's CPU clock waits for every thread of the worker to be off its core.
+_SETTLE_S = 0.25
+_SETTLE_POLL_S = 0.0001
+
+
+class ProcessCpuClock:
+    """Process ``pid``'s CPU time in nanoseconds (every thread, exited ones included), read when it is exact.
 
     The kernel's own accounting (``clock_getcpuclockid``: the CPU-time clock of another process, nanosecond
     resolution, unlike /proc's 10 ms ticks): nothing the process itself does can change it, and time it spends
-    waiting for a core on a busy host is not in it.
+    waiting for a core on a busy host is not in it. But the kernel sums another process's clock from each thread's
+    runtime as of its last scheduler event, without the part of a thread still on a core since its last tick
+    (``thread_group_cputime``: only the reader's own group is brought up to date). Read while a worker thread runs,
+    the clock lags by up to a tick (4 ms at ``HZ=250``): a window opened that way is charged the worker's preparation
+    before it, one closed that way misses its call (a wrong copy kernel's 0.3 ms calls once read as 3 ms, and were
+    taken for forged). So a reading waits until no thread of the worker is running (``/proc/<pid>/task/*/stat``
+    state other than ``R``) and the clock stands still across that check, which makes every thread's runtime
+    current; after :data:`_SETTLE_S` it reads as it is and counts the reading in :attr:`unsettled`.
     """
+
+    def __init__(self, pid: int, clock_id: int) -> None:
+        self.pid = pid
+        self.clock_id = clock_id
+        self.unsettled = 0
+
+    def raw(self) -> int:
+        """The kernel's reading as it is (may lag a running thread by up to a tick)."""
+        return time.clock_gettime_ns(self.clock_id)
+
+    def __call__(self) -> int:
+        deadline = time.monotonic() + _SETTLE_S
+        before = self.raw()
+        while True:
+            quiet = not threads_running(self.pid)
+            now = self.raw()
+            if quiet and now == before:
+                return now
+            if time.monotonic() > deadline:
+                self.unsettled += 1
+                return now
+            before = now
+            time.sleep(_SETTLE_POLL_S)
+
+
+def threads_running(pid: int) -> bool:
+    """True while a thread of process ``pid`` is running or runnable (state ``R``); False once all wait or the
+    process is gone."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # exited meanwhile
+            continue
+        if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R":
+            return True
+    return False
+
+
+def process_cpu_clock(pid: int) -> ProcessCpuClock | None:
+    """The exact CPU-time clock of process ``pid`` (:class:`ProcessCpuClock`), or ``None`` where the platform has
+    none."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         clock_id = ctypes.c_int()
@@ -51,7 +116,7 @@ def process_cpu_clock(pid: int) -> Callable[[], int] | None:
         time.clock_gettime_ns(cid)  # readable now (the process exists and is ours to see)
     except (OSError, AttributeError):
         return None
-    return lambda: time.clock_gettime_ns(cid)
+    return ProcessCpuClock(pid, cid)
 
 
 def timing_cpus(n: int) -> set[int]:

@@ -9,6 +9,7 @@ tier and memory planning is the next piece to move out.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -235,6 +236,8 @@ class LocalEvaluator:
             static = self._static_checks(code, base)
             plan, timing = self._plan(task, seed, base)
             run = self._run_in_worker(task, code, plan, base)
+            if run.paired is not None and run.paired.seeds:  # the timed calls' inputs, picked while paired
+                plan = dataclasses.replace(plan, call_seeds=tuple(run.paired.seeds))
             ref = self._reference_outputs(task, plan, timing, run, base)
         except _Early as e:
             return self._shapes_said(task, plan, e.result)
@@ -306,7 +309,8 @@ class LocalEvaluator:
             run = self._run_candidate(task, code, plan, self._pairer(task, plan))
         except RuntimeError as e:
             raise _Early(base.replace(stage=Stage.INFRA_ERROR, messages=(str(e),))) from None
-        run.timing_layout = (self.config.timing.warmup, plan.timing_pool)
+        if run.paired is None or not run.paired.seeds:  # paired calls each draw fresh inputs: none is reused
+            run.timing_layout = (self.config.timing.warmup, plan.timing_pool)
         if run.failure is not None and run.failure[0] == "input_error":
             broken = self._task_inputs_failed(task, plan, run)
             if broken is not None:

@@ -1,7 +1,8 @@
 """Paired timing, driven by the parent: the reference and the candidate timed call by call, interleaved.
 
 Both workers are alive and pinned to the same timing cores. For each call the parent tells one worker to prepare
-it (:class:`~musaenv.isolation.messages.TimePrepare`: a fresh clone of the input, the cache flushed), waits for its
+it (:class:`~musaenv.isolation.messages.TimePrepare`: the call's inputs drawn then from a seed the parent picks
+afresh for the pair and sends to both workers, the cache flushed), waits for its
 :class:`~musaenv.isolation.messages.TimeReady`, sends :class:`~musaenv.isolation.messages.TimeCall` and reads its
 :class:`~musaenv.isolation.messages.TimeDone` (the call ran and its output was read in full, as a fingerprint);
 then the other worker's call. One worker runs at a time, each prepares only when told, and nothing but the timed
@@ -11,14 +12,16 @@ alternates from pair to pair, so a slow first or second position cancels.
 The sample of a call is measured by the parent from sending the call to reading its answer: on the CPU the worker
 process's CPU time over that window, read from the kernel's accounting (:func:`~musaenv.evaluator.cpu_watch.
 process_cpu_clock`: every thread, exited ones included; the time a busy host keeps the worker off a core is not in
-it), on a GPU (where the work is not CPU time) the parent's monotonic clock. Nothing in the candidate's process (a
-saved clock, a list of samples, a libpython slot) decides a sample. The workers' own measures travel along and are
-only cross-checked (:func:`musaenv.timing.paired.sample_mismatch`), and so is the CPU time each worker spends
-outside its windows (:func:`musaenv.timing.paired.outside_work`: work moved before the clock starts).
+it; read only once no thread of the worker runs, when the kernel's sum is current, so each worker waits for a word
+after its last call too), on a GPU (where the work is not CPU time) the parent's monotonic clock. Nothing in the
+candidate's process (a saved clock, a list of samples, a libpython slot) decides a sample. The workers' own measures
+travel along and are only cross-checked (:func:`musaenv.timing.paired.sample_mismatch`), and so is the CPU time each
+worker spends outside its windows (:func:`musaenv.timing.paired.outside_work`: work moved before the clock starts).
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -118,9 +121,10 @@ class _Side:
     last_ns: int | None = None
 
 
-def _timed(side: _Side, index: int) -> Handoff | None:
-    """Call ``index`` of ``side``: prepared when told, then timed by this process from call to answer."""
-    side.send(TimePrepare(index=index).to_dict())
+def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
+    """Call ``index`` of ``side`` on inputs drawn from ``seed``: prepared when told, then timed by this process from
+    call to answer."""
+    side.send(TimePrepare(index=index, seed=seed).to_dict())
     ready = side.recv()
     if isinstance(ready, (TimeReady, TimeDone)) and (not isinstance(ready, TimeReady) or ready.index != index):
         raise ProtocolError(f"expected readiness for timed call {index}, got {ready!r}"[:200])
@@ -181,26 +185,28 @@ def _pair_calls(
     c.cpu = c.cpu if ref_cpu is not None else None  # both on one clock, or both on the wall clock
     r = _Side(ref.next, ref.send, ref_cpu)
     firsts: list[bool] = []
+    seeds: list[int] = []
     handoff: Handoff | None = None
     end = time.monotonic() + budget
     i = 0
     while handoff is None:
         firsts.append(i % 2 == 0)
+        seeds.append(secrets.randbelow(2**31))  # drawn now: no worker can know a later call's inputs
         for side in (r, c) if firsts[-1] else (c, r):
             t0 = time.monotonic()
-            handoff = _timed(side, i)
+            handoff = _timed(side, i, seeds[-1])
             if side is r:
                 waits(time.monotonic() - t0)
             if handoff is not None:
                 break
         i += 1
-        if handoff is not None or i >= repeats:
+        if handoff is not None:
             break
-        if i >= 3 and time.monotonic() > end and not any(k >= i for k in keep):
-            c.send(TimeEnd().to_dict())
+        if i >= repeats or (i >= 3 and time.monotonic() > end and not any(k >= i for k in keep)):
+            c.send(TimeEnd().to_dict())  # both wait for a word after every call, the last one too
             r.send(TimeEnd().to_dict())
             break
-    if handoff is not None and len(r.ms) < repeats:
+    if handoff is not None:
         ref.send(TimeEnd().to_dict())  # the reference waits for its next call: let it end
     t0 = time.monotonic()
     ref_timing = ref.finish()
@@ -210,5 +216,6 @@ def _pair_calls(
     samples = PairedSamples(
         r.ms[:n], c.ms[:n], r.own_ms[:n], c.own_ms[:n], firsts[:n], prints, ref_timing.baseline_note,
         clock="cpu" if c.cpu is not None else "wall", ref_out_ms=r.out_ms, cand_out_ms=c.out_ms,
+        unsettled=sum(int(getattr(side.cpu, "unsettled", 0)) for side in (r, c)), seeds=seeds,
     )  # fmt: skip
     return samples, handoff

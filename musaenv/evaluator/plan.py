@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -89,6 +89,8 @@ class EvalPlan:
             the worker, so the candidate cannot know which calls will be looked at.
         stress: Trials on scaled or offset inputs (:class:`StressTrial`), run after ``trials``; their seeds and
             transforms are as secret as the other seeds.
+        call_seeds: Per timed call, the seed its inputs were drawn from, when the parent picked them during paired
+            timing (set after the run); they replace ``timing_seed + i % timing_pool``.
     """
 
     shapes: tuple[Shape, ...]
@@ -99,6 +101,7 @@ class EvalPlan:
     keep: tuple[int, ...]
     probe_seed: int = 0
     stress: tuple[StressTrial, ...] = ()
+    call_seeds: tuple[int, ...] = field(default=(), repr=False)  # not in the draw id: trials drawn ahead serve
 
     def probe_calls(self, n_calls: int, exclude: Sequence[int], count: int = PROBE_CALLS) -> list[int]:
         """Up to ``count`` of the ``n_calls`` timed calls, outside ``exclude``, drawn from ``probe_seed``."""
@@ -110,7 +113,9 @@ class EvalPlan:
 
     def recheck_trials(self, calls: Sequence[int] | None = None) -> list[tuple[int, int]]:
         """Reference trials that reproduce the inputs of the rechecked timed calls (default: ``keep``)."""
-        return [(0, self.timing_seed + i % self.timing_pool) for i in (self.keep if calls is None else calls)]
+        seeds = self.call_seeds
+        calls = self.keep if calls is None else calls
+        return [(0, seeds[i] if i < len(seeds) else self.timing_seed + i % self.timing_pool) for i in calls]
 
     @property
     def n_trials(self) -> int:

@@ -13,7 +13,7 @@ from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import over_budget
 from musaenv.evaluator.plan import first_use_calls
 from musaenv.evaluator.reference import RefOutputs
-from musaenv.timing.paired import PairedSamples, outside_work, sample_mismatch
+from musaenv.timing.paired import PairedSamples, outside_work, paired_evidence, sample_mismatch
 from musaenv.types import EvalResult, Stage, TimingStats, build_tier_of
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
@@ -317,6 +317,8 @@ def judge(
     flags = cheating_flags(run, ref, trials, rt, device, (atol, rtol))
     if flags:
         notes = tuple(WORKER_FLAGS.get(f, f) for f in flags if f not in rt.flags)
+        if "timing_forged" in flags and run.paired is not None:  # the evidence, for the user and for calibration
+            result = result.replace(extra={**result.extra, "timing_forged": paired_evidence(run.paired)})
         return _finish(result, rt, run).replace(
             stage=Stage.CHEATING, flags=tuple(flags), messages=notes + tuple(rt.messages) + trials.messages
         )

@@ -81,7 +81,7 @@ __all__ = [
 # Raise on any change of a record's fields or meaning: parent and workers must run the same code.
 # 4: paired timing (TimePrepare, TimeReady, TimeCall, TimeDone, TimeEnd, PairedRequest); 5: stress trials (a trial's
 # ``scale`` and ``offset``, :attr:`Trial.skip`)
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 
@@ -314,10 +314,13 @@ class PairedRequest(ReferenceRequest):
 @dataclass(frozen=True)
 class TimePrepare(Message):
     """Prepare timed call ``index`` (fresh inputs, cache flushed) and say :class:`TimeReady`: a worker prepares
-    only when told, so its preparation never runs inside another call's window."""
+    only when told, so its preparation never runs inside another call's window. ``seed``: the call's inputs are
+    drawn now from this seed (the same for both workers, fresh per call), so nothing of a later call exists in
+    the worker before it is prepared; ``-1``: a clone of the timing pool's input."""
 
     TYPE: ClassVar[str] = "time_prepare"
     index: int
+    seed: int = -1
 
 
 @dataclass(frozen=True)

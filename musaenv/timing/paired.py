@@ -20,6 +20,7 @@ __all__ = [
     "PairedSamples",
     "median_interval",
     "outside_work",
+    "paired_evidence",
     "sample_mismatch",
 ]
 
@@ -78,6 +79,10 @@ class PairedSamples:
             (preparing the next call: clone, cache flush), from the second call on; empty on the wall clock.
         cand_out_ms: The candidate's, likewise.
         threads: Cores the workers may use (``TimingConfig.cpu_threads``).
+        seeds: Per pair, the seed both workers drew the pair's inputs from (picked by the parent when the pair
+            began; empty where the workers timed a pool drawn ahead).
+        unsettled: CPU-clock readings taken while a worker thread still ran (after the parent's wait for it ran
+            out; :class:`~musaenv.evaluator.cpu_watch.ProcessCpuClock`): those may lag by up to a scheduler tick.
     """
 
     ref_ms: list[float]
@@ -91,6 +96,8 @@ class PairedSamples:
     ref_out_ms: list[float] = field(default_factory=list)
     cand_out_ms: list[float] = field(default_factory=list)
     threads: int = 1
+    unsettled: int = 0
+    seeds: list[int] = field(default_factory=list)
 
     @property
     def pairs(self) -> int:
@@ -145,6 +152,27 @@ def sample_mismatch(p: PairedSamples) -> str:
             f"{expected:.3f} ms of call ({p.clock} clock)"
         )
     return ""
+
+
+def paired_evidence(p: PairedSamples) -> dict[str, object]:
+    """What :func:`sample_mismatch` judged, call by call (ms, rounded to the microsecond), with its reason: the
+    ``extra["timing_forged"]`` of a result it flagged, so that a user can see why."""
+
+    def us(xs: list[float]) -> list[float]:
+        return [round(x, 3) for x in xs]
+
+    return {
+        "why": sample_mismatch(p),
+        "clock": p.clock,
+        "threads": p.threads,
+        "unsettled": p.unsettled,
+        "cand_ms": us(p.cand_ms),
+        "cand_own_ms": us(p.cand_own_ms),
+        "ref_ms": us(p.ref_ms),
+        "ref_own_ms": us(p.ref_own_ms),
+        "cand_out_ms": us(p.cand_out_ms),
+        "ref_out_ms": us(p.ref_out_ms),
+    }
 
 
 def outside_work(p: PairedSamples) -> str:

@@ -132,8 +132,9 @@ def _block_stats(flat: torch.Tensor, reference: bool) -> list[list[float]]:
 class CallGate(Protocol):
     """The parent's hand on each timed call in paired timing (:func:`time_gated`; musaenv.evaluator.pairing)."""
 
-    def prepare(self, index: int) -> bool:
-        """Wait for the parent: True to prepare call ``index`` now, False to stop."""
+    def prepare(self, index: int) -> int | None:
+        """Wait for the parent: the seed of call ``index``'s inputs to prepare it now (``-1``: from the pool), or
+        ``None`` to stop."""
         ...
 
     def ready(self, index: int) -> None:
@@ -160,25 +161,30 @@ def time_gated(
     flush_bytes: int,
     keep: Sequence[int] = (),
     reference: bool = False,
+    draw: Callable[[int], Sequence[Any]] | None = None,
+    warmup_seeds: Sequence[int] = (),
 ) -> TimedRun:
     """Like :func:`time_forward`, but each timed call waits for the parent (``gate``), which times it with its own
-    clock: fresh clone and cache flush before :meth:`CallGate.ready`, then call, synchronise and the output's
-    fingerprint (every output element read, so no work hides in lazily computed pages) before
-    :meth:`CallGate.done`. The parent decides how many calls run (at most ``repeats``).
+    clock: fresh inputs and cache flush before :meth:`CallGate.ready`, then call, synchronise and the output's
+    fingerprint (every element read: no work hides in lazily computed pages) before :meth:`CallGate.done`. The
+    parent decides how many calls run (at most ``repeats``) and ends them with the word :meth:`CallGate.prepare`
+    returns None on, after the last call too: until then the worker waits, so the parent's reading of its CPU clock
+    at the end of a window never catches it at work on what follows. Fingerprints are in the reference's form on
+    both sides (both pay the same inside the window); the candidate's are cut to ``[sum, sum^2]`` afterwards.
 
-    Fingerprints are computed in the reference's form on both sides, so the reference and the candidate pay the
-    same for them inside the window; the candidate's are cut to its form (``[sum, sum^2]``) afterwards.
-    """
+    ``draw`` (seed -> fresh inputs): a call whose seed the parent sends is drawn when prepared, warm-up call ``j``
+    from ``warmup_seeds[j]`` when it runs (``inputs`` may be empty): no timed input exists before its call does."""
     flush = _flush_buffer(clock, flush_bytes)
     for i in range(warmup):
-        fn(*clone_args(inputs[-1 - i % len(inputs)]))
+        fn(*_warm_args(i, inputs, draw, warmup_seeds))
     clock.sync()
     run = TimedRun([], [], {})
     out: Any = None
-    for i in range(repeats):
-        if not gate.prepare(i):
+    for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
+        seed = gate.prepare(i)
+        if seed is None:
             break
-        args = clone_args(inputs[i % len(inputs)])
+        args = _gated_args(i, seed, repeats, inputs, draw)
         if flush is not None:
             flush.fill_(float(i))
         clock.sync()
@@ -202,6 +208,24 @@ def time_gated(
     if run.samples_ms:
         run.kept_outputs.setdefault(len(run.samples_ms) - 1, out)
     return run
+
+
+def _warm_args(
+    i: int, inputs: Sequence[Sequence[Any]], draw: Callable[[int], Sequence[Any]] | None, seeds: Sequence[int]
+) -> Sequence[Any]:
+    """Warm-up call ``i``'s inputs: drawn from its own seed when there are seeds, else a clone from the pool's end."""
+    if draw is not None and seeds:
+        return draw(seeds[i % len(seeds)])
+    return clone_args(inputs[-1 - i % len(inputs)])
+
+
+def _gated_args(i: int, seed: int, repeats: int, inputs: Sequence[Sequence[Any]], draw: Any) -> list[Any]:
+    """Timed call ``i``'s inputs: drawn from ``seed``, or (``seed < 0``) a clone of the pool's."""
+    if i == repeats:
+        raise RuntimeError(f"the parent asked for timed call {i} of a plan of {repeats}")
+    if seed >= 0 and draw is None:
+        raise RuntimeError(f"timed call {i} came with a seed, and this worker cannot draw inputs")
+    return list(draw(seed)) if seed >= 0 else clone_args(inputs[i % len(inputs)])
 
 
 def time_forward(

@@ -257,7 +257,7 @@ def draw_inputs(req: RunRequest, program: ProgramModule) -> DrawnInputs:
         program.apply_shape(req.shapes[key[0]])
         trials[key] = DrawnInputs.nothing().trial_inputs(program, trial)
     pool = None
-    if req.timing:
+    if req.timing and not req.timing.get("paired"):  # paired timing draws each call's inputs when it is prepared
         program.apply_shape(req.shapes[0])
         pool = DrawnInputs.nothing().pool_inputs(program, req.timing)
     return DrawnInputs(trials, pool)

@@ -128,18 +128,29 @@ def run_timing(
     t = req.timing
     assert t is not None
     program.apply_shape(req.shapes[0])
-    try:
-        pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
-    except Exception as e:
-        raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
+
+    def draw(seed: int) -> list[Any]:
+        try:
+            return to_device(program.inputs(seed), device)
+        except Exception as e:
+            raise InputDrawError(f"drawing the timing inputs (seed {seed}) failed:\n{format_exc(e)}") from None
+
     keep = [int(i) for i in t.get("keep", [])]
     clock = DeviceClock(str(device))
     common: dict[str, Any] = {"warmup": int(t["warmup"]), "repeats": int(t["repeats"]), "keep": keep}
     common.update(flush_bytes=int(t["flush_bytes"]), reference=reference_prints)
     with torch.no_grad():
-        if t.get("paired"):  # the parent times each call (musaenv.evaluator.pairing)
-            run = time_gated(model, pool, clock, ChannelGate(chan), **common)
+        if t.get("paired"):  # the parent times each call and sends its inputs' seed (musaenv.evaluator.pairing)
+            gate = ChannelGate(chan)
+            warm = [int(t["seed"]) + int(t["pool"]) + j for j in range(int(t["warmup"]))]  # none a timed call's
+            run = time_gated(model, [], clock, gate, draw=draw, warmup_seeds=warm, **common)
+            # the runtime checks after timing re-run a few calls: on inputs drawn now, from the calls' seeds
+            pool = [draw(s) for s in gate.seeds[:3] or warm[:1] or [int(t["seed"])]]
         else:
+            try:
+                pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
+            except Exception as e:
+                raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
             run = time_forward(model, pool, clock, max_time_s=float(t["max_time_s"]), **common)
     kept_idx = sorted(run.kept_outputs)
     arrays: list[Any] = []
@@ -158,15 +169,19 @@ class ChannelGate:
 
     def __init__(self, chan: Channel) -> None:
         self.chan = chan
+        self.seeds: list[int] = []  # the seeds of the timed calls' inputs, in order
 
-    def prepare(self, index: int) -> bool:
-        """Wait: True on the parent's :class:`TimePrepare` of ``index``, False on :class:`TimeEnd`."""
+    def prepare(self, index: int) -> int | None:
+        """Wait: the seed of the parent's :class:`TimePrepare` of ``index``, ``None`` on :class:`TimeEnd`."""
         msg, _ = self.chan.recv()
         if msg.get("type") == TimeEnd.TYPE:
-            return False
-        if msg.get("type") != TimePrepare.TYPE or TimePrepare.from_dict(msg).index != index:
+            return None
+        prep = TimePrepare.from_dict(msg) if msg.get("type") == TimePrepare.TYPE else None
+        if prep is None or prep.index != index:
             raise ProtocolError(f"expected the parent's word to prepare timed call {index}, got {msg!r}"[:300])
-        return True
+        if prep.seed >= 0:
+            self.seeds.append(prep.seed)
+        return prep.seed
 
     def ready(self, index: int) -> None:
         """Send :class:`TimeReady` and wait for the parent's :class:`TimeCall` of ``index``."""

@@ -5,8 +5,9 @@ Each runs on seeds 1-5 under the two evaluators of :mod:`test_adversarial` (same
 binary checks off: what the runtime checks and the parent's own measurement catch by themselves) and ``full`` (the
 defaults). Under ``full`` none may score above 0 on any run. Under ``runtime`` each must end in the flag or stage
 of :data:`RUNTIME_CATCHES` on every run; :data:`RUNTIME_ESCAPES` lists those the runtime layer alone lets through,
-with the mechanism (a strict xfail: a defence that starts catching one must move it). After every evaluation
-nothing the candidate started may still run and nothing may have left the sandbox.
+with the mechanism (a strict xfail: a defence that starts catching one must move it); :data:`RUNTIME_DEFEATED`
+those whose cheat finds nothing to work with any more (shown with their cheat's answers made wrong). After every
+evaluation nothing the candidate started may still run and nothing may have left the sandbox.
 """
 
 from __future__ import annotations
@@ -46,19 +47,19 @@ RUNTIME_CATCHES: dict[str, tuple[str, ...]] = {
     "m_clone_override_py": ("harness_tampering",),
 }
 # candidate -> how it passes the runtime layer alone (only the static checks refuse it under the defaults).
-RUNTIME_ESCAPES: dict[str, str] = {
-    "m_pool_precompute_py": (
-        "the timing pool lives in the worker before the first timed call: the warm-up call finds it in "
-        "time_gated's frame and computes every timed output; the timed calls return them (correct, fingerprints "
-        "agree) and no parent measure covers the warm-up's CPU time"
-    ),
-}
-
+RUNTIME_ESCAPES: dict[str, str] = {}
 
 # escape -> (its cheat's answer, a constant from its own kernels in its place, the flags of which one must then end
 # the run): the cheat's path is really taken (else its xfail would also pass on a candidate that went honest).
-SABOTAGED: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "m_pool_precompute_py": ("return answer", "return ext.fill_const(answer, -1.0)", ("timed_output_mismatch",)),
+SABOTAGED: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+
+# Cheats that find nothing to cheat with, so no flag can name them: candidate -> (its cheat's answer, a constant in
+# its place). With its answer made wrong it still ends `correct` on every run: its cheating path never answers a
+# timed call, the kernel computes each one inside its window. m_pool_precompute_py searched the warm-up call's
+# frames for the timing pool (it was there, drawn ahead) to compute every timed output before the first window;
+# now each timed call's inputs are drawn when the parent prepares it, from a seed it picks then (TimePrepare.seed).
+RUNTIME_DEFEATED: dict[str, tuple[str, str]] = {
+    "m_pool_precompute_py": ("return answer", "return ext.fill_const(answer, -1.0)"),
 }
 
 
@@ -109,7 +110,9 @@ def _describe(r: EvalResult) -> str:
 
 
 def test_candidate_files_match_the_tables() -> None:
-    assert {p.stem for p in MEASURE_DIR.glob("*.py")} == set(RUNTIME_CATCHES) | set(RUNTIME_ESCAPES)
+    assert {p.stem for p in MEASURE_DIR.glob("*.py")} == set(RUNTIME_CATCHES) | set(RUNTIME_ESCAPES) | set(
+        RUNTIME_DEFEATED
+    )
 
 
 def test_honest_kernel_is_not_taken_for_a_forger(measured: Measured) -> None:
@@ -133,7 +136,16 @@ def test_runtime_layer_alone_refuses_every_run(measured: Measured, name: str) ->
         assert r.stage.value in expected or set(r.flags) & set(expected), f"run {seed}, {expected}: {_describe(r)}"
 
 
-@pytest.mark.parametrize("name", sorted([*RUNTIME_CATCHES, *RUNTIME_ESCAPES]))
+@pytest.mark.parametrize("name", sorted(RUNTIME_DEFEATED))
+def test_defeated_cheats_never_answer_a_timed_call(measured: Measured, name: str) -> None:
+    """The cheat's answers made wrong: every run still `correct` (a returned answer would be
+    timed_output_mismatch), so every timed output was computed in its window."""
+    for seed in SEEDS:
+        r = measured.evaluate("runtime", render_measure(name, RUNTIME_DEFEATED[name]), seed)
+        assert r.stage is Stage.CORRECT and not r.flags, f"run {seed}: {_describe(r)}"
+
+
+@pytest.mark.parametrize("name", sorted([*RUNTIME_CATCHES, *RUNTIME_ESCAPES, *RUNTIME_DEFEATED]))
 def test_defaults_refuse_every_run(measured: Measured, name: str) -> None:
     for seed in SEEDS:
         r = measured.evaluate("full", render_measure(name), seed)
@@ -148,5 +160,3 @@ def test_escapes_take_their_cheating_path(measured: Measured, name: str) -> None
     old, new, expected = SABOTAGED[name]
     r = measured.evaluate("runtime", render_measure(name, (old, new)), seed=1)
     assert r.stage.value in expected or set(r.flags) & set(expected), f"{expected}: {_describe(r)}"
-    if name == "m_pool_precompute_py":
-        assert r.trials_passed == r.trials_total, _describe(r)  # the trials are honest: only the timed calls cheat

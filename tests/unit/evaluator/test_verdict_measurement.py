@@ -97,6 +97,10 @@ def test_forged_own_samples_are_cheating_and_work_outside_the_window_is_warned()
     run.paired = _paired([0.2] * 20)  # the worker says 0.2 ms where the parent counted 4 ms of CPU
     r = _judge(run, ref)
     assert r.stage is Stage.CHEATING and "timing_forged" in r.flags
+    evidence = r.extra["timing_forged"]  # what was judged, call by call, for the user to see
+    assert evidence["cand_ms"] == [4.0] * 20 and evidence["cand_own_ms"] == [0.2] * 20
+    assert evidence["clock"] == "cpu" and evidence["threads"] == 1 and "measured its timed calls" in evidence["why"]
+    assert len(evidence["ref_ms"]) == len(evidence["ref_own_ms"]) == 20
     run.paired = _paired([4.1] * 20, cand_out_ms=9.0)  # 6 ms more than the reference between calls
     r = _judge(run, ref)  # a warning until calibrated: honest sub-millisecond kernels tripped it under load
     assert r.stage is not Stage.CHEATING and "timing_work_outside" in r.warnings and not r.flags

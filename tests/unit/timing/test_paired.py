@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -101,17 +102,45 @@ class _ForgingGate(ChannelGate):
         super().done(index, ms / 20)
 
 
-def _serve(chan: Channel, name: str, log: list[tuple[str, int]], forge: bool, repeats: int) -> None:
-    calls = iter(range(repeats))
+def _frame_values() -> set[float]:
+    """The first element of every tensor the callers' frames hold (directly or in a list): what a warm-up call
+    that searches the timing loop's frame for its inputs would find."""
+    found: set[float] = set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        for v in frame.f_locals.values():
+            items = v if isinstance(v, (list, tuple)) else [v]
+            for item in items:
+                for t in item if isinstance(item, (list, tuple)) else [item]:
+                    if isinstance(t, torch.Tensor) and t.numel():
+                        found.add(float(t.reshape(-1)[0]))
+        frame = frame.f_back
+    return found
+
+
+def _serve(
+    chan: Channel, name: str, log: list[tuple[str, int]], forge: bool, repeats: int, seen: dict[str, Any] | None = None
+) -> None:
+    calls = iter(range(-1, repeats))  # -1: the warm-up call
 
     def model(x: torch.Tensor) -> torch.Tensor:
-        log.append((name, next(calls)))
+        call = next(calls)
+        if call < 0:
+            if seen is not None:
+                seen[f"{name}_warmup_found"] = _frame_values()
+            return x * 2
+        log.append((name, call))
+        if seen is not None:
+            seen.setdefault(name, []).append(float(x[0]))
         time.sleep(0.05)  # long enough that a forged sample is far from the parent's window
         return x * 2
 
+    def draw(seed: int) -> list[torch.Tensor]:
+        return [torch.full((64,), float(seed), dtype=torch.float64)]
+
     gate = _ForgingGate(chan) if forge else ChannelGate(chan)
-    run = time_gated(model, [[torch.ones(64)]] * 4, DeviceClock("cpu"), gate, warmup=0, repeats=repeats,
-                     flush_bytes=1024, reference=True)  # fmt: skip
+    run = time_gated(model, [], DeviceClock("cpu"), gate, warmup=1, repeats=repeats, flush_bytes=1024,
+                     reference=True, draw=draw, warmup_seeds=[7])  # fmt: skip
     chan.send(Timing(run.samples_ms, run.host_samples_ms, fingerprints=run.fingerprints).to_dict())
     if name == "ref":
         chan.send(Result().to_dict())
@@ -126,11 +155,12 @@ def _pipes() -> tuple[Channel, Channel]:
 def _pair(forge: bool, repeats: int = 6) -> tuple[PairedSamples, list[tuple[str, int]], dict[str, Any]]:
     log: list[tuple[str, int]] = []
     (cp, cw), (rp, rw) = _pipes(), _pipes()
-    threads = [threading.Thread(target=_serve, args=(w, n, log, forge and n == "cand", repeats), daemon=True)
+    leftover: dict[str, Any] = {}
+    threads = [threading.Thread(target=_serve, args=(w, n, log, forge and n == "cand", repeats, leftover),
+                                daemon=True)
                for w, n in ((cw, "cand"), (rw, "ref"))]  # fmt: skip
     for t in threads:
         t.start()
-    leftover: dict[str, Any] = {}
 
     def cand_recv() -> Any:
         msg, arrays = cp.recv()
@@ -160,6 +190,16 @@ def test_pairs_are_counted_interleaved_and_alternated() -> None:
     assert all(ms >= 50.0 for ms in samples.cand_ms + samples.ref_ms)  # the parent's windows hold the calls
     assert leftover["timing"]["type"] == Timing.TYPE
     assert sample_mismatch(samples) == ""
+
+
+def test_each_pair_draws_fresh_inputs_that_no_warm_up_can_find_ahead() -> None:
+    samples, _, seen = _pair(forge=False)
+    # one seed per pair, picked by the parent when the pair began: both workers drew the same inputs from it
+    assert len(samples.seeds) == 6 and len(set(samples.seeds)) == 6
+    assert seen["ref"] == seen["cand"] == [float(s) for s in samples.seeds]
+    # the warm-up call searched its callers' frames: nothing of a timed call's inputs existed in the worker yet
+    assert not seen["cand_warmup_found"] & set(seen["cand"])
+    assert 7.0 in seen["cand_warmup_found"]  # (its own input was found: the search works)
 
 
 def test_a_forged_own_sample_is_detected() -> None:
