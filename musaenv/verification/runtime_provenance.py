@@ -1,0 +1,293 @@
+"""Which op computed forward's output: followed by value in the candidate worker (``torch_computed_output``).
+
+Worker side (imports torch). The kernel-coverage floor (:mod:`musaenv.verification.coverage`) compares *time*, which
+a kernel buys by padding: ``torch.softmax`` followed by a copy repeated 12 times read 0.986 and was ``correct``. This
+rule asks what the kernels *contributed* instead. :class:`Provenance` is a ``TorchDispatchMode`` around one more
+forward of trial 1 (run only when the profiled forward saw forbidden torch compute). It keeps a set of **known
+values**: the forward's inputs, the model's parameters and buffers, and every output of an op whose tensor inputs
+were all known (a creation op with no tensor input too, except the uninitialised ones). A value is known by what it
+holds, not by which object holds it: a kernel's output that equals a known value (a copy, ``x + 0``, the input read
+back) is known too, and a buffer a kernel wrote into is judged by what it holds when the next op reads it.
+
+Every forbidden torch op (compute outside :data:`~musaenv.verification.coverage.ALLOWED_ATEN_OPS`) is recorded with
+the signature of its output. When forward returns, each output is compared with them: an output that agrees with a
+forbidden op's output on at least :data:`OUTPUT_SHARE` of the sampled elements, at twice the task's tolerance, was
+computed by torch when
+
+* that op's inputs were all known (torch computed the answer from the inputs: the kernels at most copied it), or
+* that op, run again with each input that was not known replaced by the known value of the same size closest to it,
+  still gives the output (one step of laundering: a kernel that perturbed the input by less than the answer's
+  tolerance notices, a kernel that did real work does not: ``torch.add(kernel(x), b)`` gives another answer on
+  ``x``).
+
+A value's **signature** is its element count, :data:`SAMPLE` elements at positions drawn from a secret generator when
+the mode is made (the candidate cannot know which elements are compared), and the float64 sum and sum of squares of
+all elements (equal for any permutation: a transposed copy of a known value is known). Signatures, not copies: the
+cost is one reduction and one gather per tensor an op reads or writes.
+
+The worker reports facts (matches, op counts); :mod:`musaenv.verification.runtime` judges them in the parent.
+docs/verification.md says what this rule does not see.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from musaenv.verification.coverage import is_allowed_aten_op
+from musaenv.verification.runtime_perturb import tensors_in
+
+__all__ = ["MAX_OPS", "OUTPUT_SHARE", "SAMPLE", "Provenance", "Signature"]
+
+#: Elements compared per value. 256 secret positions: a candidate that changes k of n elements of a value escapes
+#: a comparison only if none of the 256 is among them (probability (1 - k/n)^256: under 8 % once k/n reaches 1 %).
+SAMPLE = 256
+#: Share of the sampled elements that must agree for an output to count as a torch op's. Below 1 so that a kernel
+#: rewriting a few elements of torch's answer does not escape; 0.9 so that an honest epilogue kernel after a torch
+#: op is not matched (a ReLU after a matmul changes about half the elements).
+OUTPUT_SHARE = 0.9
+#: Ops followed in one forward. A forward that runs more is reported as truncated (an error where the rule decides):
+#: otherwise padding forward with cheap ops would buy the rest of it out of the check.
+MAX_OPS = 4096
+# Sums of a permutation agree to rounding (float64 sums in a different order: ~1e-16 per element); 1e-9 of the scale
+# leaves margin for 10^7 elements and still tells apart values that differ in any element by more than ~1e-4.
+_PERMUTATION_REL = 1e-9
+# Ops whose output holds no value yet: never known, whatever their inputs.
+_UNINITIALISED = frozenset(
+    f"aten::{n}" for n in ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_")
+)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What is compared of one value: element count, sampled elements (float64), sum and sum of squares."""
+
+    numel: int
+    sample: np.ndarray
+    moments: tuple[float, float]
+
+    def agrees(self, other: Signature, atol: float, rtol: float) -> float:
+        """Share of the sampled elements within (atol, rtol) of ``other``'s (0 when the counts differ)."""
+        if other.numel != self.numel or other.sample.shape != self.sample.shape:
+            return 0.0
+        close = np.isclose(self.sample, other.sample, rtol=rtol, atol=atol, equal_nan=True)
+        return float(np.mean(close)) if close.size else 1.0
+
+    def permutations(self, moments: np.ndarray) -> np.ndarray:
+        """Per row of ``moments`` (sum, sum of squares of values with this element count): whether the sums say it
+        holds this value's elements in another order."""
+        s1, s2 = self.moments
+        scale = np.maximum(np.abs(moments[:, 1]), 1e-30)
+        return (np.abs(moments[:, 1] - s2) <= _PERMUTATION_REL * scale) & (
+            np.abs(moments[:, 0] - s1) <= _PERMUTATION_REL * np.sqrt(scale * self.numel)
+        )
+
+
+@dataclass
+class _Known:
+    """Known values with one element count: their signatures and tensors (the tensors for the replay)."""
+
+    sigs: list[Signature] = field(default_factory=list)
+    tensors: list[torch.Tensor] = field(default_factory=list)
+    stacked: tuple[np.ndarray, np.ndarray] | None = None  # samples and sums stacked, rebuilt after additions
+
+    def add(self, sig: Signature, t: torch.Tensor) -> None:
+        self.sigs.append(sig)
+        self.tensors.append(t)
+        self.stacked = None
+
+    def _stack(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.stacked is None:
+            self.stacked = np.stack([s.sample for s in self.sigs]), np.array([s.moments for s in self.sigs])
+        return self.stacked
+
+    def nearest(self, sig: Signature, atol: float, rtol: float) -> tuple[int, bool]:
+        """Index of the known value closest to ``sig`` (mean absolute difference over the sample) and whether it
+        matches: every sampled element within (atol, rtol), or the same elements in another order."""
+        stack, moments = self._stack()
+        diff = np.abs(stack - sig.sample)
+        close = (diff <= atol + rtol * np.abs(sig.sample)) | (np.isnan(stack) & np.isnan(sig.sample))
+        full = np.flatnonzero(close.all(axis=1))
+        if full.size:
+            return int(full[0]), True
+        best = int(np.argmin(np.nan_to_num(diff, nan=np.inf).mean(axis=1)))
+        return best, bool(sig.permutations(moments).any())
+
+
+@dataclass
+class _Op:
+    """One forbidden op: its name, its outputs' signatures, and what it takes to run it again."""
+
+    name: str
+    outputs: list[Signature]
+    func: Any
+    args: Any
+    kwargs: Any
+    inputs: list[Signature | None]  # per tensor input (tensors_in order), before the op ran
+    unknown: list[bool]  # per tensor input: whether it was not a known value
+
+    @property
+    def from_known(self) -> bool:
+        return not any(self.unknown)
+
+
+def _share(out: Signature, sigs: Sequence[Signature], atol: float, rtol: float) -> float:
+    """The best share of ``out``'s sampled elements that agree with one of ``sigs``; 1 for a permutation of one
+    (torch's answer transposed by a kernel)."""
+    same = [s for s in sigs if s.numel == out.numel]
+    if same and out.permutations(np.array([s.moments for s in same])).any():
+        return 1.0
+    return max((out.agrees(s, atol, rtol) for s in same), default=0.0)
+
+
+def _usable(t: torch.Tensor) -> bool:
+    return t.numel() > 0 and t.layout == torch.strided and not t.is_meta and not t.is_complex()
+
+
+class Provenance(TorchDispatchMode):
+    """Follows values through one forward (module docstring).
+
+    Args:
+        roots: The forward's inputs and the model's parameters and buffers: known from the start.
+        atol: The task's absolute tolerance (a value within it of a known one is known).
+        rtol: The task's relative tolerance.
+    """
+
+    def __init__(self, roots: Sequence[Any], atol: float, rtol: float) -> None:
+        super().__init__()
+        self.atol, self.rtol = float(atol), float(rtol)
+        rng = np.random.default_rng(secrets.randbits(64))
+        self._u = np.sort(rng.random(SAMPLE))
+        self._known: dict[int, _Known] = {}
+        self._positions: dict[tuple[int, str], torch.Tensor] = {}
+        self.forbidden: list[_Op] = []
+        self.ops = 0
+        self.truncated = False
+        for t in tensors_in(list(roots)):
+            sig = self._signature(t) if _usable(t) else None
+            if sig is not None:
+                self._remember(t.detach(), sig)
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # as runtime_profile._OpRecorder: nothing is compiled here, torch._dynamo costs seconds
+
+    def signature(self, t: torch.Tensor) -> Signature:
+        """The signature of ``t``'s current values."""
+        flat = t.detach().reshape(-1)
+        if not flat.is_floating_point():
+            flat = flat.to(torch.float64)
+        n = flat.numel()
+        key = (n, str(flat.device))
+        if key not in self._positions:
+            pos = np.arange(n) if n <= SAMPLE else np.minimum((self._u * n).astype(np.int64), n - 1)
+            self._positions[key] = torch.from_numpy(pos).to(flat.device)
+        sample = flat.index_select(0, self._positions[key]).to(torch.float64).cpu().numpy()
+        # Squares in the value's own precision, sums in float64: a permutation squares the same elements to the same
+        # bits, and no float64 copy of a large value is made.
+        moments = torch.stack([flat.sum(dtype=torch.float64), flat.square().sum(dtype=torch.float64)]).tolist()
+        return Signature(n, sample, (moments[0], moments[1]))
+
+    def _signature(self, t: torch.Tensor) -> Signature | None:
+        """:meth:`signature`, or ``None`` for a value it cannot read (a quantized tensor, say): never known."""
+        try:
+            return self.signature(t)
+        except (RuntimeError, TypeError, ValueError):
+            return None
+
+    def _remember(self, t: torch.Tensor, sig: Signature) -> None:
+        bucket = self._known.setdefault(sig.numel, _Known())
+        if not bucket.sigs or not bucket.nearest(sig, 0.0, 0.0)[1]:  # an exact copy of a known value adds nothing
+            bucket.add(sig, t)
+
+    def is_known(self, sig: Signature) -> bool:
+        """Whether a value with this signature is known (module docstring)."""
+        bucket = self._known.get(sig.numel)
+        return bucket is not None and bool(bucket.sigs) and bucket.nearest(sig, self.atol, self.rtol)[1]
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.ops >= MAX_OPS:
+            self.truncated = True
+            return func(*args, **kwargs)
+        self.ops += 1
+        name = str(func._schema.name)
+        inputs = [t for t in tensors_in([list(args), kwargs]) if _usable(t)]
+        before = [self._signature(t) for t in inputs]  # before the op: in-place ops write their inputs
+        unknown = [sig is None or not self.is_known(sig) for sig in before]
+        out = func(*args, **kwargs)
+        if name in _UNINITIALISED:
+            return out
+        results = [(t, self._signature(t)) for t in tensors_in(out) if _usable(t)]
+        sigs = [sig for _, sig in results if sig is not None]
+        if not any(unknown):
+            for t, sig in results:
+                if sig is not None:
+                    self._remember(t.detach(), sig)
+        if name.startswith("aten::") and not is_allowed_aten_op(name):
+            self.forbidden.append(_Op(name, sigs, func, args, kwargs, before, unknown))
+        return out
+
+    def report(self, outputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+        """Facts for the parent: ops followed, forbidden ops, and each output a forbidden op computed."""
+        matches: list[dict[str, Any]] = []
+        for k, o in enumerate(outputs):
+            sig = self._signature(o) if _usable(o) else None
+            if sig is not None:
+                found = self._computed_by(sig)
+                if found is not None:
+                    matches.append({"output": k, **found})
+        return {
+            "ops": self.ops,
+            "truncated": self.truncated,
+            "max_ops": MAX_OPS,
+            "forbidden": len(self.forbidden),
+            "from_inputs": sum(op.from_known for op in self.forbidden),
+            "matches": matches,
+        }
+
+    def _computed_by(self, out: Signature) -> dict[str, Any] | None:
+        atol, rtol = 2 * self.atol, 2 * self.rtol  # the output and torch's each within the tolerance of the answer
+        for op in reversed(self.forbidden):  # the latest op first: the one nearest the output
+            share = _share(out, op.outputs, atol, rtol)
+            if share < OUTPUT_SHARE:
+                continue
+            if op.from_known:
+                return {"op": op.name, "share": round(share, 4), "how": "inputs"}
+            again = self._replayed(op)
+            if again is not None and _share(out, again, atol, rtol) >= OUTPUT_SHARE:
+                return {"op": op.name, "share": round(share, 4), "how": "replay"}
+        return None
+
+    def _replayed(self, op: _Op) -> list[Signature] | None:
+        """``op`` run again on copies of its inputs, each unknown one replaced by the nearest known value of its
+        size (``None`` when one has no known value of its size, or the op refuses the replacement)."""
+        inputs: Iterator[tuple[Signature | None, bool]] = iter(zip(op.inputs, op.unknown))
+
+        def swap(x: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                return x
+            if not _usable(x):
+                return x.clone()
+            sig, unknown = next(inputs)
+            if not unknown:
+                return x.detach().clone()
+            bucket = None if sig is None else self._known.get(sig.numel)
+            if sig is None or bucket is None or not bucket.sigs:
+                raise LookupError(x.numel())
+            near = bucket.tensors[bucket.nearest(sig, self.atol, self.rtol)[0]]
+            return near.reshape(-1).to(x.dtype).reshape(x.shape).clone()
+
+        try:
+            args, kwargs = tree_map(swap, (op.args, op.kwargs))
+            out = op.func(*args, **kwargs)
+        except (LookupError, RuntimeError, TypeError, ValueError):
+            return None
+        return [self.signature(t) for t in tensors_in(out) if _usable(t)]
