@@ -344,6 +344,8 @@ def assess_runtime(
     if settings.policy != "off" and trials.get("profile") is not None:
         _profile_findings(trials["profile"], settings.policy, out)
     why = torch_computed(trials["provenance"]) if settings.policy != "off" and trials.get("provenance") else None
+    if trials.get("provenance"):
+        out.extra["provenance"] = dict(trials["provenance"])
     if why is not None:
         out.add("torch_computed_output", why, error=settings.policy in PROVENANCE_POLICIES)
     if settings.checks:

@@ -294,12 +294,13 @@ class RuntimeGuard:
         """One more forward of trial 1 under :class:`Provenance`: which torch op, if any, computed the output."""
         args = make_args()
         weights = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+        t0 = _PERF_NS()
         try:
             mode = Provenance([*args, *weights], *self.tol)
             with torch.no_grad(), mode:
                 outs = model(*args)
             self._sync()
-            return mode.report(_flat_outputs(outs))
+            return {**mode.report(_flat_outputs(outs)), "wall_ms": round((_PERF_NS() - t0) / 1e6, 3)}
         except Exception as e:  # it ran before without the mode: reported, and judged in the parent
             return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
 
