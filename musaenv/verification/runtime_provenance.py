@@ -15,10 +15,10 @@ forbidden op's output on at least :data:`OUTPUT_SHARE` of the sampled elements, 
 computed by torch when
 
 * that op's inputs were all known (torch computed the answer from the inputs: the kernels at most copied it), or
-* that op, run again with each input that was not known replaced by the known value of the same size closest to it,
-  still gives the output (one step of laundering: a kernel that perturbed the input by less than the answer's
-  tolerance notices, a kernel that did real work does not: ``torch.add(kernel(x), b)`` gives another answer on
-  ``x``).
+* that op, run again from known values, still gives the output: each input that was not known is recomputed by
+  replaying the torch ops that made it, back to what a kernel made, which is replaced by the known value of the same
+  size closest to it. A kernel that nudged the input by less than the answer notices (softmax spelled in four torch
+  ops on it included); a kernel that did real work does not: ``torch.add(kernel(x), b)`` is another answer on ``x``.
 
 A value's **signature** is its element count, :data:`SAMPLE` elements at positions drawn from a secret generator when
 the mode is made (the candidate cannot know which elements are compared), and the float64 sum and sum of squares of
@@ -46,9 +46,12 @@ from musaenv.verification.runtime_perturb import tensors_in
 
 __all__ = ["MAX_OPS", "OUTPUT_SHARE", "SAMPLE", "Provenance", "Signature"]
 
-#: Elements compared per value. 256 secret positions: a candidate that changes k of n elements of a value escapes
-#: a comparison only if none of the 256 is among them (probability (1 - k/n)^256: under 8 % once k/n reaches 1 %).
-SAMPLE = 256
+#: Elements compared per value, at secret positions. Only elements above the tolerance say anything
+#: (:meth:`Signature.agrees`), and on the built-in softmax task (``4 randn + 100``) 4.4 % of the outputs are: 1024
+#: positions hold ~45 of them (none at all with probability 0.956^1024 ~ 1e-20; 256 would miss them all once in
+#: ~10^5). A kernel that rewrites k of n elements to break an equality goes unseen by all 1024 with probability
+#: (1 - k/n)^1024, under 4e-5 once k/n reaches 1 %.
+SAMPLE = 1024
 #: Share of the sampled elements that must agree for an output to count as a torch op's. Below 1 so that a kernel
 #: rewriting a few elements of torch's answer does not escape; 0.9 so that an honest epilogue kernel after a torch
 #: op is not matched (a ReLU after a matmul changes about half the elements).
@@ -59,6 +62,8 @@ MAX_OPS = 4096
 # Sums of a permutation agree to rounding (float64 sums in a different order: ~1e-16 per element); 1e-9 of the scale
 # leaves margin for 10^7 elements and still tells apart values that differ in any element by more than ~1e-4.
 _PERMUTATION_REL = 1e-9
+# Torch ops replayed back from the one whose output matched, at most (a forward's chain of torch ops is far shorter).
+_REPLAY_DEPTH = 64
 # Ops whose output holds no value yet: never known, whatever their inputs.
 _UNINITIALISED = frozenset(
     f"aten::{n}" for n in ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_", "set_")
@@ -74,20 +79,26 @@ class Signature:
     moments: tuple[float, float]
 
     def agrees(self, other: Signature, atol: float, rtol: float) -> float:
-        """Share of the sampled elements within (atol, rtol) of ``other``'s (0 when the counts differ)."""
-        if other.numel != self.numel or other.sample.shape != self.sample.shape:
+        """Share of the sampled elements within (atol, rtol) of ``other``'s, among those that carry a value (above
+        ``atol`` in either): two elements both within the tolerance of zero agree whatever computed them (softmax of
+        ``4 * randn + 100`` is below fp32's atol almost everywhere, as is ``exp(x - max)``). 0 when the counts
+        differ or neither carries a value anywhere."""
+        a, b = self.sample, other.sample
+        if other.numel != self.numel or a.shape != b.shape:
             return 0.0
-        close = np.isclose(self.sample, other.sample, rtol=rtol, atol=atol, equal_nan=True)
-        return float(np.mean(close)) if close.size else 1.0
+        close = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+        carries = (np.abs(a) > atol) | (np.abs(b) > atol) | np.isnan(a) | np.isnan(b)
+        return float(np.mean(close[carries])) if carries.any() else 0.0
 
     def permutations(self, moments: np.ndarray) -> np.ndarray:
         """Per row of ``moments`` (sum, sum of squares of values with this element count): whether the sums say it
         holds this value's elements in another order."""
         s1, s2 = self.moments
         scale = np.maximum(np.abs(moments[:, 1]), 1e-30)
-        return (np.abs(moments[:, 1] - s2) <= _PERMUTATION_REL * scale) & (
+        same = (np.abs(moments[:, 1] - s2) <= _PERMUTATION_REL * scale) & (
             np.abs(moments[:, 0] - s1) <= _PERMUTATION_REL * np.sqrt(scale * self.numel)
         )
+        return same & (s2 > 0)  # all zeros: a permutation of anything zero, which says nothing
 
 
 @dataclass
@@ -103,7 +114,8 @@ class _Known:
         self.tensors.append(t)
         self.stacked = None
 
-    def _stack(self) -> tuple[np.ndarray, np.ndarray]:
+    def stack(self) -> tuple[np.ndarray, np.ndarray]:
+        """The samples and the sums of the values, stacked (one row each)."""
         if self.stacked is None:
             self.stacked = np.stack([s.sample for s in self.sigs]), np.array([s.moments for s in self.sigs])
         return self.stacked
@@ -111,7 +123,7 @@ class _Known:
     def nearest(self, sig: Signature, atol: float, rtol: float) -> tuple[int, bool]:
         """Index of the known value closest to ``sig`` (mean absolute difference over the sample) and whether it
         matches: every sampled element within (atol, rtol), or the same elements in another order."""
-        stack, moments = self._stack()
+        stack, moments = self.stack()
         diff = np.abs(stack - sig.sample)
         close = (diff <= atol + rtol * np.abs(sig.sample)) | (np.isnan(stack) & np.isnan(sig.sample))
         full = np.flatnonzero(close.all(axis=1))
@@ -123,10 +135,12 @@ class _Known:
 
 @dataclass
 class _Op:
-    """One forbidden op: its name, its outputs' signatures, and what it takes to run it again."""
+    """One op of the forward: its name, its outputs and their signatures, and what it takes to run it again."""
 
+    index: int
     name: str
-    outputs: list[Signature]
+    results: list[torch.Tensor]  # held until the report: their identities name what later ops read
+    outputs: list[Signature | None]
     func: Any
     args: Any
     kwargs: Any
@@ -138,10 +152,10 @@ class _Op:
         return not any(self.unknown)
 
 
-def _share(out: Signature, sigs: Sequence[Signature], atol: float, rtol: float) -> float:
+def _share(out: Signature, sigs: Sequence[Signature | None], atol: float, rtol: float) -> float:
     """The best share of ``out``'s sampled elements that agree with one of ``sigs``; 1 for a permutation of one
     (torch's answer transposed by a kernel)."""
-    same = [s for s in sigs if s.numel == out.numel]
+    same = [s for s in sigs if s is not None and s.numel == out.numel]
     if same and out.permutations(np.array([s.moments for s in same])).any():
         return 1.0
     return max((out.agrees(s, atol, rtol) for s in same), default=0.0)
@@ -168,6 +182,8 @@ class Provenance(TorchDispatchMode):
         self._known: dict[int, _Known] = {}
         self._positions: dict[tuple[int, str], torch.Tensor] = {}
         self.forbidden: list[_Op] = []
+        self._log: list[_Op] = []
+        self._made: dict[int, list[int]] = {}  # id of a tensor an op returned -> the ops that returned it
         self.ops = 0
         self.truncated = False
         for t in tensors_in(list(roots)):
@@ -223,16 +239,20 @@ class Provenance(TorchDispatchMode):
         before = [self._signature(t) for t in inputs]  # before the op: in-place ops write their inputs
         unknown = [sig is None or not self.is_known(sig) for sig in before]
         out = func(*args, **kwargs)
+        results = [t for t in tensors_in(out) if _usable(t)]
+        sigs = [self._signature(t) for t in results]
+        op = _Op(len(self._log), name, results, sigs, func, args, kwargs, before, unknown)
+        self._log.append(op)
+        for t in results:
+            self._made.setdefault(id(t), []).append(op.index)
         if name in _UNINITIALISED:
             return out
-        results = [(t, self._signature(t)) for t in tensors_in(out) if _usable(t)]
-        sigs = [sig for _, sig in results if sig is not None]
         if not any(unknown):
-            for t, sig in results:
+            for t, sig in zip(results, sigs):
                 if sig is not None:
                     self._remember(t.detach(), sig)
         if name.startswith("aten::") and not is_allowed_aten_op(name):
-            self.forbidden.append(_Op(name, sigs, func, args, kwargs, before, unknown))
+            self.forbidden.append(op)
         return out
 
     def report(self, outputs: Sequence[torch.Tensor]) -> dict[str, Any]:
@@ -266,9 +286,21 @@ class Provenance(TorchDispatchMode):
                 return {"op": op.name, "share": round(share, 4), "how": "replay"}
         return None
 
-    def _replayed(self, op: _Op) -> list[Signature] | None:
-        """``op`` run again on copies of its inputs, each unknown one replaced by the nearest known value of its
-        size (``None`` when one has no known value of its size, or the op refuses the replacement)."""
+    def _replayed(self, op: _Op) -> list[Signature | None] | None:
+        """``op`` run again from known values: each input that was not known is recomputed by replaying the torch
+        op that made it (when it still held that op's result: a kernel did not write into it since), back to values
+        no torch op made (a kernel's output), which are replaced by the nearest known value of their size. ``None``
+        when one has no known value of its size, or an op refuses the replacement."""
+        try:
+            return [self._signature(t) for t in self._replay(op, {}, 0)]
+        except (LookupError, RuntimeError, TypeError, ValueError, IndexError):
+            return None
+
+    def _replay(self, op: _Op, memo: dict[int, list[torch.Tensor]], depth: int) -> list[torch.Tensor]:
+        if op.index in memo:
+            return memo[op.index]
+        if depth > _REPLAY_DEPTH or op.name in _UNINITIALISED:
+            raise LookupError(op.name)
         inputs: Iterator[tuple[Signature | None, bool]] = iter(zip(op.inputs, op.unknown))
 
         def swap(x: Any) -> Any:
@@ -279,15 +311,42 @@ class Provenance(TorchDispatchMode):
             sig, unknown = next(inputs)
             if not unknown:
                 return x.detach().clone()
-            bucket = None if sig is None else self._known.get(sig.numel)
-            if sig is None or bucket is None or not bucket.sigs:
+            if sig is None:
                 raise LookupError(x.numel())
-            near = bucket.tensors[bucket.nearest(sig, self.atol, self.rtol)[0]]
+            source = self._maker(x, op.index, sig)
+            if source is not None:
+                return self._replay(source[0], memo, depth + 1)[source[1]].clone()
+            near = self._nearest_intact(sig)
             return near.reshape(-1).to(x.dtype).reshape(x.shape).clone()
 
-        try:
-            args, kwargs = tree_map(swap, (op.args, op.kwargs))
-            out = op.func(*args, **kwargs)
-        except (LookupError, RuntimeError, TypeError, ValueError):
-            return None
-        return [self.signature(t) for t in tensors_in(out) if _usable(t)]
+        args, kwargs = tree_map(swap, (op.args, op.kwargs))
+        out = op.func(*args, **kwargs)
+        memo[op.index] = [t for t in tensors_in(out) if _usable(t)]
+        return memo[op.index]
+
+    def _nearest_intact(self, sig: Signature) -> torch.Tensor:
+        """The known value of ``sig``'s size nearest to it that still holds what it held when it became known (a
+        kernel may have written into a buffer torch made since: that buffer holds the kernel's value now)."""
+        bucket = self._known.get(sig.numel)
+        if bucket is None or not bucket.sigs:
+            raise LookupError(sig.numel)
+        stack, _ = bucket.stack()
+        for i in np.argsort(np.nan_to_num(np.abs(stack - sig.sample), nan=np.inf).mean(axis=1), kind="stable"):
+            now = self._signature(bucket.tensors[int(i)])
+            if now is not None and np.array_equal(now.sample, bucket.sigs[int(i)].sample, equal_nan=True):
+                return bucket.tensors[int(i)]
+        raise LookupError(sig.numel)
+
+    def _maker(self, x: torch.Tensor, before: int, sig: Signature) -> tuple[_Op, int] | None:
+        """The op (and which of its results) that last returned ``x`` before op ``before``, if ``x`` still held
+        exactly what it returned then (a kernel that wrote into it since makes it a kernel's value)."""
+        for index in reversed(self._made.get(id(x), [])):
+            if index >= before:
+                continue
+            maker = self._log[index]
+            k = next((k for k, t in enumerate(maker.results) if t is x), -1)
+            made = maker.outputs[k] if k >= 0 else None
+            if made is None or made.numel != sig.numel or not np.array_equal(made.sample, sig.sample, equal_nan=True):
+                return None
+            return maker, k
+        return None

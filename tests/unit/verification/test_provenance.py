@@ -95,13 +95,35 @@ def test_a_kernel_that_perturbs_the_input_below_the_tolerance_is_replayed_out() 
     assert report["from_inputs"] == 0 and _how(report) == "replay", report
 
 
+def _softmax_in_four_ops(x: torch.Tensor) -> torch.Tensor:
+    e = torch.exp(x - x.amax(dim=1, keepdim=True))
+    return e / e.sum(dim=1, keepdim=True)
+
+
+def test_a_chain_of_torch_ops_on_a_nudged_input_is_replayed_back_to_the_input() -> None:
+    # The kernel nudges the input (not a known value any more), torch spells softmax in four ops on it, a kernel
+    # copies the answer: the chain replayed from the input itself gives the answer again.
+    nudge = _kernel(lambda a: a + np.float32(0.03) * np.sign(a))
+    report = _follow(lambda x, b: _padded_copy(_softmax_in_four_ops(nudge(x))))
+    assert report["from_inputs"] == 0 and _how(report) == "replay", report
+    assert report["matches"][0]["op"] == "aten::div"
+
+
 HONEST: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "torch's softmax chain on a kernel's result": lambda x, b: _softmax_in_four_ops(relu(x)),
+    "a kernel writes torch's buffer, torch finishes": lambda x, b: _kernel_fills_then_torch(x),
     "kernel then torch op on its output": lambda x, b: torch.add(relu(x), b),
     "kernel then torch ReLU": lambda x, b: torch.relu(_kernel(lambda a, c: a * 2.0 + c)(x, b)),
     "two kernels, torch takes one number per row": lambda x, b: _two_kernels(x),
     "the kernel does it all": lambda x, b: softmax_kernel(x),
     "torch on the input, a kernel epilogue": lambda x, b: relu(torch.mul(x, 3.0)),
 }
+
+
+def _kernel_fills_then_torch(x: torch.Tensor) -> torch.Tensor:
+    buf = torch.zeros_like(x)  # torch made it (zeros: a known value); the kernel then writes its result into it
+    buf.numpy()[...] = np.maximum(x.numpy(), 0) * 2.0
+    return torch.sub(buf, 1.0)
 
 
 def _two_kernels(x: torch.Tensor) -> torch.Tensor:
@@ -188,3 +210,17 @@ def test_the_worker_follows_a_forward_only_when_it_ran_torch_compute(policy: str
             assert "provenance" not in report  # no torch compute: nothing to follow, nothing spent
         else:
             assert len(report["provenance"]["matches"]) == expected, report["provenance"]
+
+
+def test_elements_within_the_tolerance_of_zero_prove_nothing() -> None:
+    # softmax of 4 randn + 100 (the built-in task's input) is below fp32's atol almost everywhere, and so is
+    # exp(x - max): agreeing there says nothing about who computed the answer. Zeros match nothing either.
+    torch.manual_seed(1)
+    x = torch.randn(64, 512) * 4.0 + 100.0
+    mode = Provenance([x], *TOL)
+    with torch.no_grad(), mode:
+        torch.exp(x - x.amax(dim=1, keepdim=True))  # torch's, from the input, not the answer
+        torch.mul(x, 0.0)
+        out = softmax_kernel(x)
+        zeros = _kernel(np.zeros_like)(x)
+    assert mode.report([out, zeros])["matches"] == []
