@@ -23,7 +23,9 @@ computed by torch when
 A value's **signature** is its element count, :data:`SAMPLE` elements at positions drawn from a secret generator when
 the mode is made (the candidate cannot know which elements are compared), and the float64 sum and sum of squares of
 all elements (equal for any permutation: a transposed copy of a known value is known). Signatures, not copies: the
-cost is one reduction and one gather per tensor an op reads or writes.
+cost is two reductions and one gather per tensor an op reads or writes; the tensors the forward's ops return are held
+(not copied) until it ends, for the replay. A "nudge" above counts only where it does not change the answer: the
+comparison is at twice the task's tolerance, on the sampled elements above it.
 
 The worker reports facts (matches, op counts); :mod:`musaenv.verification.runtime` judges them in the parent.
 docs/verification.md says what this rule does not see.
