@@ -242,7 +242,8 @@ class Provenance(TorchDispatchMode):
         unknown = [sig is None or not self.is_known(sig) for sig in before]
         out = func(*args, **kwargs)
         results = [t for t in tensors_in(out) if _usable(t)]
-        sigs = [self._signature(t) for t in results]
+        # an uninitialised buffer holds no value worth a signature: what a kernel writes into it is the kernel's
+        sigs = [None if name in _UNINITIALISED else self._signature(t) for t in results]
         op = _Op(len(self._log), name, results, sigs, func, args, kwargs, before, unknown)
         self._log.append(op)
         for t in results:
