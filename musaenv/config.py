@@ -199,8 +199,10 @@ class EvalConfig(_Config):
         runtime_policy: What the profiler check of one forward does with aten compute outside the allowlist:
             ``strict`` (a ``cheating`` verdict), ``kernelbench`` (a warning, and ``cheating`` when the candidate's
             own kernels take under 80 % of the compute time: ``low_kernel_coverage``), ``permissive`` (a warning and
-            the kernel coverage), ``off`` (no profiling), or ``auto`` (the same as ``static_policy``). See
-            docs/verification.md.
+            the kernel coverage), ``off`` (no profiling), or ``auto`` (the same as ``static_policy``). Under every
+            policy but ``off``, forward's output is also followed by value when torch compute ran: an output a torch
+            op computed from forward's inputs is ``torch_computed_output`` (``cheating`` under ``strict`` and
+            ``kernelbench``, a warning under ``permissive``). See docs/verification.md.
         runtime_checks: The other runtime checks in the worker: the extension must run on every call and produce
             the output, outputs must follow inputs, a poisoned repeat must reproduce, no threads, timers or global
             settings touched. ``False`` keeps only the output, alias, input-mutation and timed-output checks.

@@ -176,7 +176,7 @@ class LocalEvaluator:
             allow_processes=self.backend.name == "triton" and self.backend.device != "cpu",
             workdir=str(worker.workdir),
             sandbox={**self.config.sandbox.to_dict(), "address_space_mb": self._memory_budget_mb(task, worker)},
-            runtime=RuntimeSettings.from_config(self.config).to_request(),
+            runtime={**RuntimeSettings.from_config(self.config).to_request(), **self._tolerance_request(task)},
         )
 
     def _memory_budget_mb(self, task: Task, worker: WorkerProcess) -> int:
@@ -213,6 +213,11 @@ class LocalEvaluator:
                 why += " + headroom; SandboxConfig.memory_factor)"
             result = result.replace(messages=(*result.messages, why))
         return result
+
+    def _tolerance_request(self, task: Task) -> dict[str, float]:
+        """The task's tolerance for the worker's provenance forward (musaenv.verification.runtime_provenance)."""
+        atol, rtol = self._tolerances(task)
+        return {"atol": float(atol), "rtol": float(rtol)}
 
     def _tolerances(self, task: Task) -> tuple[float, float]:
         atol = self.config.atol if self.config.atol is not None else task.atol

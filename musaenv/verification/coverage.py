@@ -20,6 +20,10 @@ reads the copy's time against the softmax's.
 Under the ``kernelbench`` policy a candidate whose forward runs forbidden torch compute must keep its coverage at
 :data:`KERNEL_COVERAGE_FLOOR` or above, else ``low_kernel_coverage`` refuses it
 (:mod:`musaenv.verification.runtime`; docs/verification.md).
+
+A time share is bought by padding the kernel with busy work; what the kernels contributed is not.
+:func:`torch_computed` reads the worker's provenance report (:mod:`musaenv.verification.runtime_provenance`: was
+forward's output computed by a torch op from forward's inputs?) and says why it was, for ``torch_computed_output``.
 """
 
 from __future__ import annotations
@@ -32,10 +36,12 @@ __all__ = [
     "ALLOWED_ATEN_OPS",
     "FLOOR_POLICIES",
     "KERNEL_COVERAGE_FLOOR",
+    "PROVENANCE_POLICIES",
     "KernelCoverage",
     "forbidden_ops",
     "is_allowed_aten_op",
     "kernel_coverage",
+    "torch_computed",
 ]
 
 # Tensor creation and plumbing that MusaCoder allows in ModelNew.forward (paper appendix, as transcribed in
@@ -69,6 +75,9 @@ KERNEL_COVERAGE_FLOOR = 0.8
 #: the coverage, so that a solution keeping a vendor op that dominates the time (a cuDNN convolution before a fused
 #: epilogue kernel, which KernelBench accepts) can still be measured under some policy.
 FLOOR_POLICIES = ("kernelbench",)
+#: Policies under which an output that a torch op computed from forward's inputs is refused
+#: (``torch_computed_output``); ``permissive`` reports it, ``off`` does not look.
+PROVENANCE_POLICIES = ("strict", "kernelbench")
 
 
 def is_allowed_aten_op(name: str) -> bool:
@@ -157,3 +166,29 @@ def _one_run(profile: Mapping[str, Any]) -> KernelCoverage:
     torch_us = sum(float(v[0]) for v in bad_cpu)
     inside = sum(float(v[1]) for v in bad_cpu)
     return KernelCoverage("host", max(0.0, own - inside), torch_us, calls)
+
+
+def torch_computed(report: Mapping[str, Any]) -> str | None:
+    """Why the worker's provenance report says a torch op computed forward's output, or ``None`` when it did not.
+
+    A forward that could not be followed (it raised under the provenance mode only, or ran more ops than the mode
+    follows) counts too: otherwise failing or padding that one forward would buy the check off.
+    """
+    if report.get("error"):
+        return f"the forward could not be followed op by op ({str(report['error'])[:200]})"
+    matches = [m for m in report.get("matches") or [] if isinstance(m, Mapping)]
+    if matches:
+        m = matches[0]
+        how = (
+            "from forward's inputs"
+            if m.get("how") == "inputs"
+            else "again once the kernels' part of its input was replaced by the known value nearest to it (what "
+            "the kernels changed did not change the answer)"
+        )
+        return (
+            f"output {m.get('output')} agrees on {float(m.get('share', 0.0)):.0%} of its sampled elements with what "
+            f"{m.get('op')} computed {how}: the candidate's kernels did not compute it"
+        )
+    if report.get("truncated"):
+        return f"forward ran more than {report.get('max_ops')} torch ops: where its output came from was not followed"
+    return None

@@ -11,6 +11,8 @@ candidate loaded. This module judges them, in the parent, where the candidate ca
 * ``low_kernel_coverage`` (``kernelbench``): with that torch compute, the candidate's own kernels
   took less than :data:`~musaenv.verification.coverage.KERNEL_COVERAGE_FLOOR` of the compute time, or compute was
   hidden from the profiler (S4: torch does the work, a kernel copies the result).
+* ``torch_computed_output`` (``strict``, ``kernelbench``; reported under ``permissive``): forward's output is what a
+  forbidden torch op computed from forward's inputs, the kernels only passed it on (S4 padded to meet the floor).
 * ``no_kernel_call``: some call of forward never returned from the candidate's extension (S1-S3).
 * ``output_not_from_kernel``: overwriting the last kernel call's result left the output unchanged (S3).
 * ``output_independent_of_input``: the reference output changed between two trials, the candidate's did not
@@ -40,9 +42,11 @@ from musaenv.verification.coverage import (
     ALLOWED_ATEN_OPS,
     FLOOR_POLICIES,
     KERNEL_COVERAGE_FLOOR,
+    PROVENANCE_POLICIES,
     forbidden_ops,
     is_allowed_aten_op,
     kernel_coverage,
+    torch_computed,
 )
 
 __all__ = [
@@ -61,6 +65,8 @@ RUNTIME_FLAGS: dict[str, str] = {
     "forbidden_aten_op": "aten compute outside the tensor-plumbing allowlist ran during forward (S1-S5)",
     "low_kernel_coverage": "torch compute ran in forward and the candidate's own kernels took less than the required "
     "share of the compute time (S4)",
+    "torch_computed_output": "forward's output is what a torch op computed from forward's inputs; the candidate's "
+    "kernels only passed it on (S4)",
     "no_kernel_call": "a call of forward did not run the candidate's compiled kernel (S1-S3)",
     "output_not_from_kernel": "the output did not change when the last kernel's result was overwritten (S3 decoy)",
     "output_independent_of_input": "the output did not follow the input where the reference did (S6, S7)",
@@ -337,6 +343,11 @@ def assess_runtime(
         return out
     if settings.policy != "off" and trials.get("profile") is not None:
         _profile_findings(trials["profile"], settings.policy, out)
+    why = torch_computed(trials["provenance"]) if settings.policy != "off" and trials.get("provenance") else None
+    if trials.get("provenance"):
+        out.extra["provenance"] = dict(trials["provenance"])
+    if why is not None:
+        out.add("torch_computed_output", why, error=settings.policy in PROVENANCE_POLICIES)
     if settings.checks:
         _trial_findings(trials, arrays, cand, ref, passed, tol, out)
         timing = reports.get("timing")

@@ -18,9 +18,10 @@ import numpy as np
 import torch
 
 from musaenv.isolation import proctree
-from musaenv.verification.coverage import FLOOR_POLICIES
+from musaenv.verification.coverage import FLOOR_POLICIES, is_allowed_aten_op
 from musaenv.verification.runtime_perturb import Perturber, storage_key, tensors_in
 from musaenv.verification.runtime_profile import KernelTime, profile_call
+from musaenv.verification.runtime_provenance import Provenance
 
 __all__ = ["RuntimeGuard", "global_state", "thread_count", "watch_targets"]
 
@@ -145,6 +146,8 @@ class RuntimeGuard:
     ) -> None:
         s = dict(settings or {})
         self.policy = str(s.get("policy", "off"))
+        # The task's tolerance, for the provenance forward (1e-4: the fp32 default, where the parent sent none).
+        self.tol = (float(s.get("atol", 1e-4)), float(s.get("rtol", 1e-4)))
         self.checks = bool(s.get("checks", False))
         self.device, self.calls, self.count_calls = device, calls, count_calls
         # A name the candidate cannot guess, so it cannot open a range of its own that reads as kernel time.
@@ -248,6 +251,8 @@ class RuntimeGuard:
         report["repeat_calls"] = self.calls.count - mark
         if self.policy in FLOOR_POLICIES:
             report["profile"]["runs"] = self._coverage_runs(model, make_args)
+        if self.policy != "off" and _torch_compute_seen(report["profile"]):
+            report["provenance"] = self._provenance(model, make_args)
         if self.checks:
             rep = [to_array(t) for t in _flat_outputs(outs)]
             arrays.extend(rep)
@@ -284,6 +289,20 @@ class RuntimeGuard:
             self._sync()
             runs.append({k: profile.get(k) for k in ("ok", "kernel", "op_cpu_us", "ops", "device_total_us")})
         return runs
+
+    def _provenance(self, model: Any, make_args: Callable[[], list[Any]]) -> dict[str, Any]:
+        """One more forward of trial 1 under :class:`Provenance`: which torch op, if any, computed the output."""
+        args = make_args()
+        weights = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+        t0 = _PERF_NS()
+        try:
+            mode = Provenance([*args, *weights], *self.tol)
+            with torch.no_grad(), mode:
+                outs = model(*args)
+            self._sync()
+            return {**mode.report(_flat_outputs(outs)), "wall_ms": round((_PERF_NS() - t0) / 1e6, 3)}
+        except Exception as e:  # it ran before without the mode: reported, and judged in the parent
+            return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
 
     def _perturbed(
         self, model: Any, make_args: Callable[[], list[Any]], to_array: Callable[..., Any]
@@ -365,6 +384,13 @@ class RuntimeGuard:
                 self._sync()
                 samples.append((_PERF_NS() - t0) / 1e6)
         return samples
+
+
+def _torch_compute_seen(profile: Mapping[str, Any] | None) -> bool:
+    """Whether the profiled forward dispatched aten compute outside the plumbing allowlist (or could not say)."""
+    if not profile or not profile.get("ok"):
+        return True
+    return any(str(n).startswith("aten::") and not is_allowed_aten_op(str(n)) for n in profile.get("dispatched", []))
 
 
 def _flat_outputs(out: Any) -> list[torch.Tensor]:

@@ -65,6 +65,7 @@ CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "s03_decoy_numpy": ("relu", ("output_not_from_kernel",)),
     "s04_partial": ("relu", ("forbidden_aten_op",)),
     "s04_softmax_copy": ("softmax", ("forbidden_aten_op",)),
+    "s04_softmax_padded_copy": ("softmax", ("forbidden_aten_op",)),
     "s05_aten_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s05_method_in_cpp": ("relu", ("forbidden_aten_op",)),
     "s05_adl_in_cpp": ("relu", ("forbidden_aten_op",)),
@@ -143,7 +144,7 @@ HONEST = {
     "honest_layernorm_two_pass": "layernorm",
 }
 # Honest under the kernelbench policy (a small op left to torch, which strict refuses) -> the task they run on.
-KERNELBENCH_HONEST = {"honest_softmax_small_op": "softmax"}
+KERNELBENCH_HONEST = {"honest_softmax_small_op": "softmax", "honest_kernel_then_torch_op": "linear_wide"}
 KERNELBENCH = EvalConfig(static_policy="kernelbench", run_timeout_s=10.0, timing=TIMING)
 
 
@@ -177,6 +178,12 @@ def suite() -> Iterator[Suite]:
         shapes={"cpu": ({"batch_size": 8, "in_features": 64, "out_features": 32},
                         {"batch_size": 3, "in_features": 33, "out_features": 17})},
     )  # fmt: skip
+    # Wide enough that a matmul kernel's time dwarfs the ReLU torch applies to its result (the kernel-coverage floor).
+    wide = dataclasses.replace(
+        linear, id="l2_linear_relu_wide",
+        shapes={"cpu": ({"batch_size": 64, "in_features": 512, "out_features": 128},
+                        {"batch_size": 33, "in_features": 400, "out_features": 65})},
+    )  # fmt: skip
     softmax = get_task("l1_softmax")
     softmax = dataclasses.replace(
         softmax,
@@ -184,6 +191,7 @@ def suite() -> Iterator[Suite]:
         shapes={"cpu": ({"batch_size": 64, "dim": 4096}, {"batch_size": 7, "dim": 1001})},
     )
     tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py"), "linear": linear, "softmax": softmax}
+    tasks["linear_wide"] = wide
     tasks |= {"plain_softmax": load_task_file(DATA_DIR / "plain_softmax.py"), "layernorm": get_task("l1_layernorm")}
     with traps(_env.cache_dir() / "ext") as t:
         runtime, full = RuntimeOnlyEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
@@ -260,13 +268,36 @@ def test_kernelbench_policy_needs_the_kernel_to_do_the_work(suite: Suite) -> Non
         for seed in range(1, 6):
             r = ev.evaluate(suite.tasks["softmax"], render("s04_softmax_copy"), seed=seed)
             _no_reward(r)
-            assert r.stage is Stage.CHEATING and r.flags == ("low_kernel_coverage",), f"run {seed}: {_describe(r)}"
+            assert r.stage is Stage.CHEATING, f"run {seed}: {_describe(r)}"
+            assert set(r.flags) == {"low_kernel_coverage", "torch_computed_output"}, f"run {seed}: {_describe(r)}"
             assert r.extra["runtime"]["coverage"]["kernel"] < KERNEL_COVERAGE_FLOOR, _describe(r)
         for name, task in KERNELBENCH_HONEST.items():
             r = ev.evaluate(suite.tasks[task], render(name), seed=6)
             assert r.stage is Stage.CORRECT and not r.flags, _describe(r)
             assert "forbidden_aten_op" in r.warnings, _describe(r)  # the small op is torch compute, reported
             assert r.extra["runtime"]["coverage"]["kernel"] >= KERNEL_COVERAGE_FLOOR, _describe(r)
+
+
+def test_a_padded_copy_of_torchs_answer_is_refused_by_what_it_computed(suite: Suite) -> None:
+    """torch.softmax passed through twelve copies: the padding lifts the kernels' time share over the floor (0.986
+    read before), but the output is still the value aten::_softmax computed from forward's input. Refused on every
+    one of 5 runs under kernelbench (torch_computed_output) and under the defaults; the honest candidates that leave
+    a small op to torch, one of them on the kernel's output, stay correct under kernelbench."""
+    name = "s04_softmax_padded_copy"
+    with LocalEvaluator("cpu", KERNELBENCH) as ev:
+        for seed in range(1, 6):
+            r = ev.evaluate(suite.tasks["softmax"], render(name), seed=seed)
+            _no_reward(r)
+            assert r.stage is Stage.CHEATING and "torch_computed_output" in r.flags, f"run {seed}: {_describe(r)}"
+            assert "aten::_softmax" in " ".join(r.messages), _describe(r)
+        for honest, task in KERNELBENCH_HONEST.items():
+            r = ev.evaluate(suite.tasks[task], render(honest), seed=6)
+            assert r.stage is Stage.CORRECT and not r.flags, _describe(r)
+            assert "torch_computed_output" not in r.warnings, _describe(r)
+    for seed in range(1, 6):
+        r = suite.evaluate("full", name, seed=seed)
+        _no_reward(r)
+        assert r.stage is Stage.CHEATING, f"run {seed}: {_describe(r)}"
 
 
 @pytest.mark.parametrize("name", POINTER_CACHES)
