@@ -26,15 +26,18 @@ REGISTRY: Mapping[str, Backend] = {
 BACKENDS = ("auto", *REGISTRY)
 
 
-def get_backend(name: str) -> Backend:
-    """The record of a registered backend.
+def get_backend(name: str, strict: bool = True) -> Backend:
+    """The record of a registered backend; ``strict=False``: the cpu backend's for any other name (``auto`` or a
+    custom evaluator's name, as a prompt is written then).
 
     Raises:
-        BackendUnavailableError: no backend has that name.
+        BackendUnavailableError: no backend has that name (``strict`` only).
     """
     try:
         return REGISTRY[name]
     except KeyError:
+        if not strict:
+            return cpu.BACKEND
         raise BackendUnavailableError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}") from None
 
 

@@ -55,6 +55,7 @@ class Backend:
         ray_resources: Ray actor options of one evaluation besides its CPU (``{"num_gpus": 1}``).
         loader_aliases: Its ``load_inline``'s keyword arguments that mean one of torch's (``musa_sources`` ->
             ``cuda_sources``); every loader accepts them.
+        loader_module: Its own loader module, whose ``load_inline`` and ``load`` the worker replaces too.
         loader_call: What the prompt names as the call that builds kernels.
         toolchain: The builder's toolchain for its device sources (``mcc``: torch_musa's ``load_inline``);
             empty: the CUDA tiers of :mod:`musaenv.build.builder`.
@@ -83,6 +84,7 @@ class Backend:
     visible_devices: str = ""
     ray_resources: Mapping[str, Any] = field(default_factory=_frozen)
     loader_aliases: Mapping[str, str] = field(default_factory=_frozen)
+    loader_module: str = ""
     loader_call: str = "load_inline"
     toolchain: str = ""
     worker_hook: str = ""

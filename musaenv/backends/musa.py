@@ -41,5 +41,6 @@ BACKEND = Backend(
     ray_resources={"resources": {"MUSA": 1}},
     # torch_musa's spelling; the builder hands them back to torch_musa's loader, which older releases spell as CUDA's
     loader_aliases={"musa_sources": "cuda_sources", "extra_musa_cflags": "extra_cuda_cflags"},
+    loader_module="torch_musa.utils.musa_extension",
     toolchain="mcc",
 )
