@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from musaenv.backends import cpu, cuda, cupy, musa, triton
+from musaenv.backends import cpu, cuda, cupy, hip, musa, triton
 from musaenv.backends.base import Backend, BackendInfo
 from musaenv.errors import BackendUnavailableError
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 # In the order `auto` tries those with an `auto` reason: a new backend is its module plus its entry here.
 REGISTRY: Mapping[str, Backend] = {
-    b.name: b for b in (cpu.BACKEND, cuda.BACKEND, triton.BACKEND, musa.BACKEND, cupy.BACKEND)
+    b.name: b for b in (cpu.BACKEND, cuda.BACKEND, triton.BACKEND, musa.BACKEND, cupy.BACKEND, hip.BACKEND)
 }
 BACKENDS = ("auto", *REGISTRY)
 

@@ -20,7 +20,7 @@ class BackendInfo:
     """A resolved backend.
 
     Attributes:
-        name: ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy`` (CUDA kernels built by CuPy's NVRTC).
+        name: The :class:`Backend`'s name (``cpu``, ``cuda``, ``triton``, ``musa``, ``cupy``, ``hip``).
         device: torch device string candidates run on (``cpu``, ``cuda``, ``musa``).
         tier: Size tier of built-in tasks that suits it (``cpu`` or ``gpu``).
         compile_only: True when the device is absent: sources are compiled for real but not run.
@@ -57,8 +57,10 @@ class Backend:
             ``cuda_sources``); every loader accepts them.
         loader_module: Its own loader module, whose ``load_inline`` and ``load`` the worker replaces too.
         loader_call: What the prompt names as the call that builds kernels.
-        toolchain: The builder's toolchain for its device sources (``mcc``: torch_musa's ``load_inline``);
-            empty: the CUDA tiers of :mod:`musaenv.build.builder`.
+        toolchain: The builder's toolchain for its device sources (``mcc``: torch_musa's ``load_inline``;
+            ``torch``: torch's own, whatever compiler it drives); empty: the CUDA tiers of :mod:`musaenv.build.builder`.
+        compile_check: ``module:function`` the confined builder runs for a compile-only build instead of the CUDA
+            check (``function(spec, tmp)`` returns the builder's result: ``ok``, ``log``, ``tier``).
         worker_hook: ``module:function`` installed in the candidate's worker before the candidate loads
             (``function(state, request)`` returns a context the candidate is loaded in, or None).
         kernel_marker: Text KernelBench's static check requires in the kernel sources (``__global__``).
@@ -87,6 +89,7 @@ class Backend:
     loader_module: str = ""
     loader_call: str = "load_inline"
     toolchain: str = ""
+    compile_check: str = ""
     worker_hook: str = ""
     kernel_marker: str = ""
     kernel_call: Callable[[str], bool] | None = None

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import inspect
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
 
 
 # The backends' own toolchains (their record's ``toolchain``) for device sources, beside the CUDA tiers.
-_DEVICE_TOOLCHAINS = {"mcc": _musa}
+_DEVICE_TOOLCHAINS = {"mcc": _musa, "torch": _torch}
 
 
 def _toolchain(backend: str | None) -> str:
@@ -208,6 +209,13 @@ def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
             "inconclusive": check.inconclusive or "", "declined": declined}  # fmt: skip
 
 
+def _own_compile_check(name: str, spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    """A backend's own compile-only check (its record's ``compile_check``, ``module:function``)."""
+    module, _, function = name.partition(":")
+    check: Callable[[dict[str, Any], Path], dict[str, object]] = getattr(importlib.import_module(module), function)
+    return check(spec, tmp)
+
+
 def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
     if isinstance(job, WarmupJob):  # our own headers and binding objects only (musaenv.build.warmup)
         from musaenv.build.warmup import run_items
@@ -218,7 +226,8 @@ def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
         return {"ok": all(r["ok"] for r in rows), "log": "", "tier": "warmup", "rows": rows}
     spec = job.spec()
     if job.compile_only:
-        return _compile_only(spec, tmp)
+        own = REGISTRY[job.backend].compile_check if job.backend in REGISTRY else ""
+        return _own_compile_check(own, spec, tmp) if own else _compile_only(spec, tmp)
     device_build = _DEVICE_TOOLCHAINS.get(_toolchain(job.backend))
     if device_build is not None and (job.cuda_sources or job.with_cuda):
         return device_build(spec, tmp)  # device code goes to the backend's own compiler (mcc), never to nvcc
