@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from musaenv.backends import BACKENDS
 from musaenv.errors import MusaEnvError
 
 __all__ = ["main"]
@@ -242,7 +243,7 @@ def _build_parser() -> argparse.ArgumentParser:
     src.add_argument("--task", help="built-in task id")
     src.add_argument("--reference", help="path of a KernelBench-format reference program")
     e.add_argument("--candidate", required=True, help="file holding the response or program")
-    e.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "triton", "musa", "cupy"])
+    e.add_argument("--backend", default="auto", choices=list(BACKENDS))
     e.add_argument("--tier", default="auto", choices=["auto", "cpu", "gpu", "interp"])
     e.add_argument("--trials", type=int, default=5)
     e.add_argument("--seed", type=int, default=0, help="seed of the inputs and checks (mixed with a secret)")

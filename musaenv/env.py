@@ -8,6 +8,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 from gymnasium import spaces
 
+from musaenv.backends import get_backend
 from musaenv.config import EnvConfig, EvalConfig, RewardConfig
 from musaenv.errors import ConfigError
 from musaenv.evaluator.plan import plan_pool
@@ -222,7 +223,9 @@ class KernelGenEnv(gym.Env[str, str]):
         ev = self.config.eval
         copies = ev.num_trials + ev.stress_count + (plan_pool(ev) if self._tier() != "gpu" else 1)
         check_memory(self._task, self._tier(), ev.sandbox.address_space_mb, copies)  # before any draw
-        self._first_prompt = initial_prompt(self._task, self._backend(), self._tier(), ev.static_policy)
+        self._first_prompt = initial_prompt(
+            self._task, get_backend(self._backend(), strict=False), self._tier(), ev.static_policy
+        )
         self._obs = self._first_prompt
         return self._obs, self._info(turn=0)
 

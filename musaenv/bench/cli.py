@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musaenv.backends import BACKENDS
 from musaenv.config import POLICIES
 from musaenv.errors import MusaEnvError
 
@@ -73,7 +74,7 @@ EVAL_OPTIONS: tuple[EvalOption, ...] = (
 
 def add_eval_options(p: argparse.ArgumentParser) -> None:
     """Add ``--backend`` and every :data:`EVAL_OPTIONS` flag to ``p``."""
-    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda", "triton", "musa", "cupy"])
+    p.add_argument("--backend", default="auto", choices=list(BACKENDS))
     for opt in EVAL_OPTIONS:
         p.add_argument(opt.flag, **opt.kwargs)
 

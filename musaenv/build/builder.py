@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import inspect
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from musaenv.backends import REGISTRY
 from musaenv.build.job import JOB_VERSION, BuildReport, CompileJob, WarmupJob, read_job
 from musaenv.isolation.build_jail import run_confined
 from musaenv.isolation.records import ProtocolError
@@ -120,8 +122,9 @@ def _musa_kwargs(spec: dict[str, Any], accepted: set[str]) -> dict[str, Any] | s
         "extra_include_paths": spec["extra_include_paths"] or None,
     }
     # The device sources and flags: torch_musa spells them musa_*; older releases may take CUDA's spelling.
-    for ours, names in (("cuda_sources", ("musa_sources", "cuda_sources")),
-                        ("extra_cuda_cflags", ("extra_musa_cflags", "extra_cuda_cflags"))):  # fmt: skip
+    aliases = [(a, o) for b in REGISTRY.values() if b.toolchain == "mcc" for a, o in b.loader_aliases.items()]
+    for alias, ours in aliases:
+        names = (alias, ours)
         if not spec[ours]:
             continue
         target = next((n for n in names if n in accepted), None)
@@ -147,14 +150,24 @@ def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     return {"ok": True, "log": "", "tier": "musa"}
 
 
+# The backends' own toolchains (their record's ``toolchain``) for device sources, beside the CUDA tiers.
+_DEVICE_TOOLCHAINS = {"mcc": _musa, "torch": _torch}
+
+
+def _toolchain(backend: str | None) -> str:
+    b = REGISTRY.get(backend or "")
+    return b.toolchain if b is not None else ""
+
+
 def _cuda_split(
     spec: dict[str, Any], tmp: Path, compile_only: bool, declined: list[dict[str, str]]
 ) -> dict[str, object] | None:
     """A CUDA spec built through the split (:mod:`musaenv.build.cuda_fast`); ``None``: build it as written (why
     in ``declined``)."""
     mode = spec.get("build_mode", "fast")
-    if mode != "fast" or not spec.get("pch_cache") or spec.get("backend") == "musa":
-        why = "the MUSA backend builds with mcc" if spec.get("backend") == "musa" else f"build mode {mode}"
+    backend, toolchain = spec.get("backend") or "", _toolchain(spec.get("backend"))
+    if mode != "fast" or not spec.get("pch_cache") or toolchain:
+        why = f"the {backend.upper()} backend builds with {toolchain}" if toolchain else f"build mode {mode}"
         declined.append(decline("cuda_split", why if spec.get("pch_cache") else "no header store for the split"))
         return None
     try:
@@ -196,6 +209,13 @@ def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
             "inconclusive": check.inconclusive or "", "declined": declined}  # fmt: skip
 
 
+def _own_compile_check(name: str, spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    """A backend's own compile-only check (its record's ``compile_check``, ``module:function``)."""
+    module, _, function = name.partition(":")
+    check: Callable[[dict[str, Any], Path], dict[str, object]] = getattr(importlib.import_module(module), function)
+    return check(spec, tmp)
+
+
 def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
     if isinstance(job, WarmupJob):  # our own headers and binding objects only (musaenv.build.warmup)
         from musaenv.build.warmup import run_items
@@ -206,9 +226,11 @@ def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
         return {"ok": all(r["ok"] for r in rows), "log": "", "tier": "warmup", "rows": rows}
     spec = job.spec()
     if job.compile_only:
-        return _compile_only(spec, tmp)
-    if job.backend == "musa" and (job.cuda_sources or job.with_cuda):
-        return _musa(spec, tmp)  # device code goes to mcc, never to nvcc
+        own = REGISTRY[job.backend].compile_check if job.backend in REGISTRY else ""
+        return _own_compile_check(own, spec, tmp) if own else _compile_only(spec, tmp)
+    device_build = _DEVICE_TOOLCHAINS.get(_toolchain(job.backend))
+    if device_build is not None and (job.cuda_sources or job.with_cuda):
+        return device_build(spec, tmp)  # device code goes to the backend's own compiler (mcc), never to nvcc
     declined: list[dict[str, str]] = []
     if job.cuda_sources:
         return _cuda_split(spec, tmp, False, declined) or {**_torch(spec, tmp), "declined": declined}

@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from musaenv import _env
-from musaenv.backends import BackendInfo, resolve_backend
+from musaenv.backends import BackendInfo, get_backend, resolve_backend
 from musaenv.build.admission import admitted, run_need_mb
 from musaenv.build.loader import sweep_stale_builds
 from musaenv.config import EvalConfig
@@ -99,7 +99,7 @@ class LocalEvaluator:
         threads = self.config.timing.cpu_threads
         device_env = dict(worker_env or {})  # device pins: the reference worker gets them too
         # Triton without a GPU runs kernels in its interpreter, which must be chosen before triton is imported.
-        interpret = self.backend.name == "triton" and self.backend.device == "cpu"
+        interpret = get_backend(self.backend.name).cpu_interpreter and self.backend.device == "cpu"
         self._interpreted = interpret
         if interpret:  # judged on correctness there, with room for interpreted grids (docs/backends.md)
             self.config = interpreted_config(self.config)
@@ -173,7 +173,7 @@ class LocalEvaluator:
             trials=plan.trials_json(),
             timing=self._timing_request(plan),
             cpu_threads=t.cpu_threads,
-            allow_processes=self.backend.name == "triton" and self.backend.device != "cpu",
+            allow_processes=get_backend(self.backend.name).jit_processes and self.backend.device != "cpu",
             workdir=str(worker.workdir),
             sandbox={**self.config.sandbox.to_dict(), "address_space_mb": self._memory_budget_mb(task, worker)},
             runtime={**RuntimeSettings.from_config(self.config).to_request(), **self._tolerance_request(task)},
@@ -400,7 +400,8 @@ class LocalEvaluator:
     def _triton_aot(self, task: Task, code: str, result: EvalResult) -> EvalResult:
         """Triton through the interpreter: a correct candidate must also compile for a GPU (docs/backends.md)."""
         arch = self.config.triton_aot_arch
-        if not (self.backend.name == "triton" and self.backend.device == "cpu" and arch) or not result.is_correct:
+        interpreted = get_backend(self.backend.name).cpu_interpreter and self.backend.device == "cpu"
+        if not (interpreted and arch) or not result.is_correct:
             return result
         from musaenv.build.triton_aot import triton_aot_check
 

@@ -24,7 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from musaenv.backends import BackendInfo, resolve_backend
+from musaenv.backends import REGISTRY, BackendInfo, resolve_backend
 from musaenv.build.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
 from musaenv.errors import ConfigError
@@ -81,7 +81,8 @@ def _device_env(device: str) -> dict[str, str]:
     kind, _, index = device.partition(":")
     if not index:
         return {}
-    return {"CUDA_VISIBLE_DEVICES": index} if kind == "cuda" else {"MUSA_VISIBLE_DEVICES": index}
+    var = next((b.visible_devices for b in REGISTRY.values() if b.device == kind and b.visible_devices), "")
+    return {var: index} if var else {}
 
 
 def _local_evaluator(backend: BackendInfo, config: EvalConfig, device_slot: Any, worker_env: dict[str, str]) -> Any:

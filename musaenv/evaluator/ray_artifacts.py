@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from musaenv.backends import loader_aliases
+
 __all__ = ["ArtifactStore", "build_names", "collect_artifacts", "extract_build_specs", "install_artifacts",
            "run_prebuild"]  # fmt: skip
 
@@ -74,8 +76,9 @@ def extract_build_specs(code: str, backend: str) -> list[dict[str, Any]]:
         try:
             kwargs = {k: _value(a, env) for k, a in zip(_LOAD_KWARGS, node.args)}
             kwargs.update({kw.arg: _value(kw.value, env) for kw in node.keywords if kw.arg})
-            if "musa_sources" in kwargs:
-                kwargs["cuda_sources"] = kwargs.pop("musa_sources")
+            for alias, ours in loader_aliases().items():  # a backend's own spelling (musa_sources)
+                if alias in kwargs:
+                    kwargs[ours] = kwargs.pop(alias)
             specs.append(BuildSpec.from_load_inline(kwargs, backend=backend).to_dict())
         except (ValueError, TypeError, KeyError):
             continue

@@ -42,6 +42,7 @@ the starvation rules.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import os
@@ -53,6 +54,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from musaenv.backends import get_backend
 from musaenv.config import EvalConfig
 from musaenv.errors import MusaEnvError
 from musaenv.evaluator.pool import PROGRESS_MIN_BATCH, EvalRequest, request_backstop_s
@@ -102,11 +104,7 @@ class _Executor:
 def _actor_options(backend: str, resources: dict[str, float] | None) -> dict[str, Any]:
     if resources is not None:
         return {"resources": dict(resources), "num_cpus": 1}
-    if backend in ("cuda", "cupy"):
-        return {"num_gpus": 1, "num_cpus": 1}
-    if backend == "musa":
-        return {"resources": {"MUSA": 1}, "num_cpus": 1}
-    return {"num_cpus": 1}
+    return {**copy.deepcopy(dict(get_backend(backend).ray_resources)), "num_cpus": 1}
 
 
 def _finished(bar: Progress, label: str, fut: Future[EvalResult]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from musaenv.backends import REGISTRY
 from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import over_budget
 from musaenv.evaluator.plan import first_use_calls
@@ -64,9 +65,10 @@ NEEDS_GPU = "needs_gpu"
 def _needs_gpu(text: str, base: EvalResult, log_chars: int) -> EvalResult:
     """An unscored ``compiled`` verdict flagged ``needs_gpu``: the candidate reached something only a GPU runs.
 
-    Only the triton backend on the CPU interpreter may say so; from any other run it is a ``runtime_error``.
+    Only a backend on its CPU interpreter (triton) may say so; from any other run it is a ``runtime_error``.
     """
-    if not (base.backend == "triton" and base.device == "cpu"):
+    interpreter = getattr(REGISTRY.get(base.backend), "cpu_interpreter", False)
+    if not (interpreter and base.device == "cpu"):
         return base.replace(stage=Stage.RUNTIME_ERROR, runtime_log=_truncate(text, log_chars))
     why = text.split("\n", 1)[0]
     return base.replace(

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from musaenv.backends import REGISTRY, get_backend
 from musaenv.errors import MusaEnvError
 
 __all__ = ["add_dataset_subparser", "dataset_rows", "write_dataset"]
@@ -30,7 +31,7 @@ TRAINERS = ("chat", "trl")
 
 
 def _tier(backend: str) -> str:
-    return "cpu" if backend == "cpu" else "gpu"
+    return get_backend(backend).tier
 
 
 def dataset_rows(
@@ -71,7 +72,7 @@ def dataset_rows(
         if trainer == "trl":  # TRL appends reset()'s task prompt (tool form) to this message: not here as well
             messages.append({"role": "user", "content": tool_instruction()})
         else:
-            messages.append({"role": "user", "content": initial_prompt(task, backend, _tier(backend))})
+            messages.append({"role": "user", "content": initial_prompt(task, get_backend(backend), _tier(backend))})
         row = {"prompt": messages, "task": task.id, "level": task.level, "env": "KernelGen-v0",
                "env_class": "musaenv", "backend": backend}  # fmt: skip
         if max_turns is not None:
@@ -118,7 +119,7 @@ def add_dataset_subparser(sub: Any) -> None:
     d.add_argument("--output", "-o", default=None, help="file to write (default musaenv_tasks.<format>)")
     d.add_argument("--tasks", default=None, help="comma-separated task ids or files (default: the built-in suite)")
     d.add_argument("--level", type=int, choices=[1, 2, 3], default=None)
-    d.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "triton", "musa", "cupy"])
+    d.add_argument("--backend", default="cpu", choices=list(REGISTRY))
     d.add_argument("--repeats", type=int, default=1)
     d.add_argument("--system", default=None, help="system message before each task prompt")
     d.add_argument("--max-turns", type=int, default=None, help="write a max_turns column (SkyRL's turn limit)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from musaenv.tasks.task import Task
 
@@ -33,57 +33,16 @@ _TRANSLIT = str.maketrans(
     }
 )
 
-BACKEND_NOTES = {
-    "cpu": "Write the kernels in C++ for the CPU and build them with load_inline(..., cpp_sources=..., "
-    "functions=[...]). Operate on raw pointers (tensor.data_ptr<float>()) with plain loops.",
-    "cuda": "Write CUDA kernels and build them with load_inline(..., cpp_sources=..., cuda_sources=..., "
-    "functions=[...]). Launch them on the current stream.",
-    "musa": "Write MUSA kernels (CUDA-like kernel language) and build them with torch_musa's load_inline "
-    "(musa_sources=...). Launch them on the current MUSA stream.",
-    "triton": """Write Triton kernels (@triton.jit, optionally @triton.autotune) and launch them from forward as
-kernel[grid](...). Every call of forward must launch at least one of your own kernels: a forward that launches
-none (a PyTorch fallback path, for example) is refused, whatever the policy. Write for CUDA tensors as usual:
-where no GPU is present the kernels run in Triton's interpreter on the CPU, with x.is_cuda, x.device ("cuda:0"),
-device="cuda" allocations, .cuda()/.to("cuda"), torch.cuda.is_available/device_count/current_device/synchronize
-and triton.runtime.driver.active.get_active_torch_device() working as on a GPU (autotuning keeps the first
-config there). Other torch.cuda calls (device properties, streams, events) and bfloat16 arithmetic inside a
-kernel cannot run in the interpreter: such an answer is not scored there (needs a GPU).""",
-    "cupy": """Write CUDA kernels as source strings compiled by CuPy (NVRTC): build them with
-cupy.RawModule(code=SRC) (take each kernel with module.get_function("name")) or cupy.RawKernel(SRC, "name"),
-and launch them from forward as kernel(grid, block, args) on torch CUDA tensors: pass the tensors themselves
-(contiguous; .detach() parameters) or cupy.from_dlpack(t) views, plus the sizes. Python ints arrive as long long
-and floats as double (or wrap them: cupy.int32(n), cupy.float32(v)). Declare kernels extern "C" (or list
-templates in name_expressions). Only RawModule, RawKernel, get_function, from_dlpack, asarray and the scalar types
-of CuPy may be used: no CuPy array math, cupy.linalg/fft/cuBLAS, streams, runtime or driver calls. Kernels run on
-torch's current stream. Allowed options=: -std=c++17, --use_fast_math, -D/-U macros, -lineinfo,
--maxrregcount=N. Example:
-```python
-import cupy
-import torch
-import torch.nn as nn
 
-SRC = r\"\"\"
-extern "C" __global__ void scale(const float* x, float* y, float a, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i];
-}
-\"\"\"
-_module = cupy.RawModule(code=SRC)
+class PromptedBackend(Protocol):
+    """What a prompt reads of a backend: a :class:`musaenv.backends.Backend` (the tasks never import the backends)."""
 
+    @property
+    def prompt_note(self) -> str: ...
 
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.scale = _module.get_function("scale")
+    @property
+    def loader_call(self) -> str: ...
 
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        n = x.numel()
-        self.scale(((n + 255) // 256,), (256,), (x, y, cupy.float32(2.0), n))
-        return y
-```""",
-}
 
 _KERNEL_RULE = {
     "strict": """- ModelNew.forward must compute the output with your own kernels. Only tensor plumbing may use PyTorch:
@@ -135,7 +94,7 @@ def _shape_line(task: Task, tier: str) -> str:
     return f"Input shapes tested (the first one is timed): {listed}."
 
 
-def initial_prompt(task: Task, backend: str, tier: str, policy: str = "strict") -> str:
+def initial_prompt(task: Task, backend: PromptedBackend, tier: str, policy: str = "strict") -> str:
     """Turn-1 observation: task statement, reference program, rules under ``policy`` and output format."""
     shapes = task.shapes_for(tier)
     parts = [
@@ -143,7 +102,7 @@ def initial_prompt(task: Task, backend: str, tier: str, policy: str = "strict") 
         task.description or "",
         "Write a faster implementation of the PyTorch reference program below as a class ModelNew(nn.Module) "
         "with the same constructor and forward signature as Model.",
-        BACKEND_NOTES.get(backend, BACKEND_NOTES["cpu"]),
+        backend.prompt_note,
         f"Dtype: {task.dtype}; tolerance atol={task.atol:g}, rtol={task.rtol:g}. {_shape_line(task, tier)}",
         "Reference program:\n```python\n" + task.render_source(shapes[0]).rstrip() + "\n```",
         rules(policy),
@@ -165,7 +124,7 @@ def tool_instruction(tool: str = SUBMIT_TOOL) -> str:
     )
 
 
-def answer_line(backend: str, tool: str | None = None) -> str:
+def answer_line(backend: PromptedBackend, tool: str | None = None) -> str:
     """The last paragraph of :func:`initial_prompt`: how to hand in the program.
 
     Args:
@@ -175,7 +134,7 @@ def answer_line(backend: str, tool: str | None = None) -> str:
     """
     program = (
         "the complete program (imports, the "
-        + ("cupy.RawModule/RawKernel" if backend == "cupy" else "load_inline")
+        + backend.loader_call
         + " call with your kernel sources, and class ModelNew)"
     )
     if tool is None:

@@ -10,13 +10,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from musaenv.backends import REGISTRY
 from musaenv.config import POLICIES
 
 __all__ = ["BACKENDS", "ERROR", "FLAG_DESCRIPTIONS", "POLICIES", "WARNING", "Finding", "StaticReport", "describe"]
 
 ERROR = "error"
 WARNING = "warning"
-BACKENDS = ("cpu", "cuda", "triton", "musa", "cupy")
+BACKENDS = tuple(REGISTRY)
 
 #: Every flag the static checks emit, with what it means (HACKS.md numbers in brackets).
 FLAG_DESCRIPTIONS: dict[str, str] = {

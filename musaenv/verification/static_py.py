@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import logging
 
+from musaenv.backends import get_backend
 from musaenv.errors import ConfigError
 from musaenv.verification import allowlists as al
 from musaenv.verification.findings import BACKENDS, ERROR, POLICIES, WARNING, Finding, StaticReport, sort_findings
@@ -231,18 +232,13 @@ def _model_findings(prog: Program, policy: str) -> tuple[list[Finding], list[Eve
 
 
 def _backend_warnings(backend: str, kernels: list[str], kinds: set[str]) -> list[Finding]:
+    b = get_backend(backend)
     triton = any(k.endswith("[grid]") for k in kernels)
     device_src = bool(kinds & {"cuda", "musa"})
-    problem = ""
-    if backend == "triton" and kernels and not triton:
-        problem = "the triton backend expects Triton kernels, but forward only calls load_inline extensions"
-    elif backend == "cupy" and kernels and not any("get_function" in k or k.startswith("cupy.") for k in kernels):
-        problem = "the cupy backend expects CuPy RawModule/RawKernel kernels, but forward calls none"
-    elif backend == "cpu" and (triton or device_src):
-        problem = "the cpu backend cannot run Triton kernels or CUDA/MUSA sources"
-    if not problem:
+    mismatch = bool(kernels) and not any(map(b.kernel_call, kernels)) if b.kernel_call else False
+    if not (mismatch or (not b.device_code and (triton or device_src))):
         return []
-    return [Finding("backend_mismatch", WARNING, problem, None)]
+    return [Finding("backend_mismatch", WARNING, b.mismatch, None)]
 
 
 def _kernelbench_findings(sym: Symbols, builds: list[RecoveredBuild], backend: str) -> list[Finding]:
@@ -257,7 +253,8 @@ def _kernelbench_findings(sym: Symbols, builds: list[RecoveredBuild], backend: s
     out = [Finding("try_except_fallback", ERROR, f"line {n.lineno}: KernelBench refuses every try/except", n.lineno)
            for n in tries]  # fmt: skip
     texts = [src.text for spec in builds for src in spec.sources]
-    if backend in ("cuda", "cupy") and builds and not any("__global__" in t for t in texts):
+    marker = get_backend(backend).kernel_marker
+    if marker and builds and not any(marker in t for t in texts):
         msg = "KernelBench's CUDA check needs a __global__ kernel in the kernel sources; none was found"
         out.append(Finding("no_custom_kernel", ERROR, msg, builds[0].line))
     return out
@@ -300,7 +297,7 @@ def analyze_candidate(
         builds = find_builds(source, sym)
         for spec in builds:
             findings.extend(check_build(spec, policy, preprocess))
-        if backend == "cupy":
+        if get_backend(backend).cupy_api:
             cupy, cupy_sources = cupy_findings(sym, policy, preprocess)
             findings.extend(cupy)
             if cupy_sources:  # KernelBench's __global__ check covers them too

@@ -10,6 +10,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from musaenv.backends import get_backend
 from musaenv.verification import allowlists as al
 from musaenv.verification.findings import ERROR, Finding, describe
 from musaenv.verification.static_names import Symbols
@@ -177,7 +178,7 @@ class _SafetyVisitor(ast.NodeVisitor):
 def safety_findings(sym: Symbols, backend: str = "cpu") -> Iterator[Finding]:
     """Policy-independent findings anywhere in the candidate's Python source (``backend="cupy"``: CuPy imports
     are left to :mod:`~musaenv.verification.static_cupy`)."""
-    visitor = _SafetyVisitor(sym, allow_cupy=backend == "cupy")
+    visitor = _SafetyVisitor(sym, allow_cupy=get_backend(backend).cupy_api)
     visitor.visit(sym.tree)
     seen: set[tuple[str, int | None]] = set()
     for f in visitor.findings:

@@ -14,13 +14,18 @@ import itertools
 import textwrap
 from dataclasses import dataclass, field
 
+from musaenv.backends import REGISTRY
 from musaenv.verification.static_names import Symbols, is_load_inline_name
 
 __all__ = ["RecoveredBuild", "SourceText", "find_builds"]
 
 _MAX_VALUES = 16  # alternatives kept per expression; more than this is treated as unresolvable
-_SOURCE_KWS = {"cpp_sources": "cpp", "cuda_sources": "cuda", "sycl_sources": "sycl", "musa_sources": "musa"}
-_FLAG_KWS = ("extra_cflags", "extra_cuda_cflags", "extra_sycl_cflags", "extra_musa_cflags", "extra_ldflags")
+# A backend's own spelling of torch's device keywords (musa_sources) holds that backend's kind of sources.
+_ALIASES = [(alias, ours, b.name) for b in REGISTRY.values() for alias, ours in b.loader_aliases.items()]
+_SOURCE_KWS = {"cpp_sources": "cpp", "cuda_sources": "cuda", "sycl_sources": "sycl"}
+_SOURCE_KWS |= {alias: name for alias, ours, name in _ALIASES if ours == "cuda_sources"}
+_FLAG_KWS: tuple[str, ...] = ("extra_cflags", "extra_cuda_cflags", "extra_sycl_cflags", "extra_ldflags")
+_FLAG_KWS += tuple(alias for alias, ours, _ in _ALIASES if ours == "extra_cuda_cflags")
 _POSITIONAL = {1: "cpp_sources", 2: "cuda_sources"}
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from musaenv.backends import get_backend
 from musaenv.isolation.channel import Channel, ProtocolError
 from musaenv.isolation.messages import (
     CandidateRequest,
@@ -42,7 +45,7 @@ from musaenv.worker.harness import (
     tensor_to_array,
     to_device,
 )
-from musaenv.worker.loader_hook import BuildFailedError, install_loader_hook
+from musaenv.worker.loader_hook import BuildFailedError, BuildState, WorkerHookError, install_loader_hook
 from musaenv.worker.reference import serve_reference
 from musaenv.worker.trials import configure_device, run_timing, run_trials
 
@@ -232,6 +235,13 @@ def _timing_phase(
         chan.send(RuntimeReport.of(report).to_dict())
 
 
+def _worker_hook(spec: str) -> Callable[[BuildState, CandidateRequest], Any]:
+    """The backend's worker hook, named ``module:function`` by its record (:class:`musaenv.backends.Backend`)."""
+    module, _, name = spec.partition(":")
+    hook: Callable[[BuildState, CandidateRequest], Any] = getattr(importlib.import_module(module), name)
+    return hook
+
+
 def _fail(chan: Channel, stage: str, log: str, builds: list[dict[str, Any]] | None = None) -> None:
     chan.send(Result(builds=builds or [], failure=Failure(stage, log)).to_dict())
 
@@ -253,19 +263,13 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
         _fail(chan, "infra_error", log + format_exc(e))
         return
     state = install_loader_hook(chan, backend=req.backend, compile_only=compile_only)
-    if req.backend == "cupy":  # CuPy kernels: compiled when built, counted and put on torch's stream when launched
-        from musaenv.worker.cupy_hook import install_cupy_hook
-
+    triton_run = None  # the backend's hook (cupy_hook, triton_hook): what it returns, the candidate loads inside
+    if hook := get_backend(req.backend).worker_hook:
         try:
-            install_cupy_hook(state, compile_only, req.workdir)
-        except Exception as e:  # CuPy or NVRTC missing in the worker: the machine's problem
-            _fail(chan, "infra_error", f"the cupy backend cannot load CuPy/NVRTC here: {format_exc(e)}")
+            triton_run = _worker_hook(hook)(state, req)
+        except WorkerHookError as e:  # its runtime (CuPy, NVRTC) is missing in the worker: the machine's problem
+            _fail(chan, "infra_error", str(e))
             return
-    triton_run = None
-    if req.backend == "triton":  # launches counted; on the CPU, the interpreter judged as on a GPU (triton_hook)
-        from musaenv.worker.triton_hook import install_triton_hook
-
-        triton_run = install_triton_hook(state.calls, req.device, str(Path(req.workdir) / "candidate.py"))
     # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
     guard = RuntimeGuard(req.runtime, device, state.calls, _watch())
     sandbox = _enter_sandbox(req)

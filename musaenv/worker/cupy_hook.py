@@ -25,9 +25,11 @@ from typing import Any
 
 import torch
 
-from musaenv.worker.loader_hook import BuildFailedError, BuildState
+from musaenv.isolation.messages import CandidateRequest
+from musaenv.worker.failures import format_exc
+from musaenv.worker.loader_hook import BuildFailedError, BuildState, WorkerHookError
 
-__all__ = ["COMPILE_ONLY_ARCH", "install_cupy_hook"]
+__all__ = ["COMPILE_ONLY_ARCH", "install_cupy_hook", "worker_hook"]
 
 #: Architecture of compile-only checks (Hopper, as the Triton compile check): NVRTC needs one without a device.
 COMPILE_ONLY_ARCH = 90
@@ -154,3 +156,12 @@ def install_cupy_hook(state: BuildState, compile_only: bool, workdir: str) -> No
             return _CountedKernel(super().get_function(name), launcher)
 
     cupy.RawKernel, cupy.RawModule = RawKernel, RawModule
+
+
+def worker_hook(state: BuildState, req: CandidateRequest) -> None:
+    """The cupy backend's worker hook (its record names it): CuPy kernels compiled when built, counted and put on
+    torch's stream when launched."""
+    try:
+        install_cupy_hook(state, req.compile_only, req.workdir)
+    except Exception as e:  # CuPy or NVRTC missing in the worker: the machine's problem
+        raise WorkerHookError(f"the cupy backend cannot load CuPy/NVRTC here: {format_exc(e)}") from e

@@ -22,15 +22,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from musaenv.backends import get_backend, loader_aliases
 from musaenv.build.buildspec import BuildSpec
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, BuildResult
 
-__all__ = ["BuildFailedError", "BuildState", "DeviceAbsentError", "KernelCalls", "install_loader_hook"]
+__all__ = [
+    "BuildFailedError",
+    "BuildState",
+    "DeviceAbsentError",
+    "KernelCalls",
+    "WorkerHookError",
+    "install_loader_hook",
+]
 
 
 class BuildFailedError(ImportError):
     """The candidate's extension did not build or load; the message carries the compiler output."""
+
+
+class WorkerHookError(RuntimeError):
+    """A backend's worker hook cannot load its runtime here (CuPy, NVRTC): the machine's problem."""
 
 
 class DeviceAbsentError(RuntimeError):
@@ -213,9 +225,9 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
     state = BuildState(chan, backend, compile_only)
 
     def build(kwargs: dict[str, Any]) -> types.ModuleType:
-        for musa, cuda in (("musa_sources", "cuda_sources"), ("extra_musa_cflags", "extra_cuda_cflags")):
-            if musa in kwargs:  # torch_musa's spelling; the MUSA backend's builder hands them to mcc
-                kwargs[cuda] = kwargs.pop(musa)
+        for alias, ours in loader_aliases().items():
+            if alias in kwargs:  # a backend's own spelling (torch_musa's musa_sources); its builder hands them on
+                kwargs[ours] = kwargs.pop(alias)
         if kwargs.get("sycl_sources"):
             raise TypeError("load_inline: sycl_sources are not supported by musaenv's backends")
         return _build(state, kwargs)
@@ -227,9 +239,9 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
 
     ce.load_inline = load_inline
     ce.load = load
-    if backend == "musa":  # ported candidates import torch_musa's loader (musaenv port --to musa)
+    if get_backend(backend).loader_module:  # ported candidates import torch_musa's loader (musaenv port --to musa)
         try:
-            from torch_musa.utils import musa_extension
+            musa_extension: Any = importlib.import_module(get_backend(backend).loader_module)
         except Exception:  # no torch_musa: the worker already refused the device with a clear message
             pass
         else:  # torch_musa's own signature (musa_sources, extra_musa_cflags), as a ported candidate calls it

@@ -29,15 +29,17 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import CodeType
 from typing import Any
 
 import torch
 
 from musaenv.backends.cuda_view import CUDA_ANSWERS, CudaView, NeedsGpuError
-from musaenv.worker.loader_hook import KernelCalls
+from musaenv.isolation.messages import CandidateRequest
+from musaenv.worker.loader_hook import BuildState, KernelCalls
 
-__all__ = ["TritonRun", "install_triton_hook", "needs_gpu_reason"]
+__all__ = ["TritonRun", "install_triton_hook", "needs_gpu_reason", "worker_hook"]
 
 _CUDA0 = torch.device("cuda", 0)
 _LAZY_INIT: CodeType = torch.cuda._lazy_init.__code__  # bound at import, before any candidate code
@@ -200,3 +202,9 @@ def needs_gpu_reason(exc: BaseException) -> str | None:
             caller = code.co_name
             tb = tb.tb_next
     return None
+
+
+def worker_hook(state: BuildState, req: CandidateRequest) -> TritonRun:
+    """The triton backend's worker hook (its record names it): launches counted; on the CPU, the interpreter judged
+    as on a GPU."""
+    return install_triton_hook(state.calls, req.device, str(Path(req.workdir) / "candidate.py"))

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from musaenv.backends import get_backend
 from musaenv.env import Evaluator, KernelGenEnv
 from musaenv.errors import ConfigError
 from musaenv.tasks.prompts import SUBMIT_TOOL, answer_line, feedback_text, tool_instruction
@@ -63,7 +64,8 @@ def _row_text(prompt: Any) -> str:
 
 def tool_prompt(task_prompt: str, backend: str) -> str:
     """The task prompt with its answer paragraph asking for a ``submit_kernel`` call instead of a fenced block."""
-    fenced, tool = answer_line(backend), answer_line(backend, tool=TOOL_NAME)
+    record = get_backend(backend, strict=False)
+    fenced, tool = answer_line(record), answer_line(record, tool=TOOL_NAME)
     if fenced not in task_prompt:  # a prompt of another shape: say the tool's contract at the end
         return f"{task_prompt}\n\n{tool}"
     return task_prompt.replace(fenced, tool)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from musaenv.backends import get_backend
 from musaenv.tasks.builtin import get_task
 from musaenv.tasks.prompts import OBS_CHARSET, feedback_text, initial_prompt, sanitize, turn_prompt
 
 
 def test_initial_prompt_has_reference_rules_and_shapes():
-    p = initial_prompt(get_task("l1_relu"), "cpu", "cpu")
+    p = initial_prompt(get_task("l1_relu"), get_backend("cpu"), "cpu")
     assert "class Model" in p and "ModelNew" in p and "cheating" in p and "Input shapes tested" in p
     assert set(p) <= OBS_CHARSET
 
@@ -29,26 +30,29 @@ def test_turn_prompt_keeps_history():
 
 def test_the_policy_is_named_in_the_prompt_and_changes_the_kernel_rule():
     task = get_task("l1_relu")
-    strict, kb = initial_prompt(task, "cuda", "gpu"), initial_prompt(task, "cuda", "gpu", "kernelbench")
+    strict, kb = (
+        initial_prompt(task, get_backend("cuda"), "gpu"),
+        initial_prompt(task, get_backend("cuda"), "gpu", "kernelbench"),
+    )
     assert "verification policy: strict" in strict and "No torch compute ops" in strict
     assert "verification policy: kernelbench" in kb and "may stay" in kb and "No torch compute ops" not in kb
     assert set(kb) <= OBS_CHARSET
 
 
 def test_the_cupy_format_is_stated_in_its_prompt_with_an_example():
-    p = initial_prompt(get_task("l1_relu"), "cupy", "gpu")
+    p = initial_prompt(get_task("l1_relu"), get_backend("cupy"), "gpu")
     assert "cupy.RawModule(code=SRC)" in p and "get_function" in p and "kernel(grid, block, args)" in p
     assert "no CuPy array math" in p and "cupy.RawModule/RawKernel call with your kernel sources" in p
     assert "load_inline call" not in p and set(p) <= OBS_CHARSET
-    assert "cupy" not in initial_prompt(get_task("l1_relu"), "cuda", "gpu")
+    assert "cupy" not in initial_prompt(get_task("l1_relu"), get_backend("cuda"), "gpu")
 
 
 def test_the_triton_prompt_says_what_the_cpu_interpreter_supports():
-    p = initial_prompt(get_task("l1_relu"), "triton", "cpu")
+    p = initial_prompt(get_task("l1_relu"), get_backend("triton"), "cpu")
     assert "launch at least one of your own kernels" in p and "refused, whatever the policy" in p
     assert "x.is_cuda" in p and "interpreter" in p and "needs a GPU" in p and "get_device_properties" not in p
     assert set(p) <= OBS_CHARSET
-    kb = initial_prompt(get_task("l1_relu"), "triton", "cpu", "kernelbench")
+    kb = initial_prompt(get_task("l1_relu"), get_backend("triton"), "cpu", "kernelbench")
     assert "every call of forward must run at least one of your" in " ".join(kb.split())
 
 

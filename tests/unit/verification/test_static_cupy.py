@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from musaenv.tasks.prompts import BACKEND_NOTES
+from musaenv.backends import get_backend
 from musaenv.verification.static_py import analyze_candidate
 from tests.gpu.cupy_candidates import (
     CACHED_RELU_CUPY,
@@ -156,7 +156,7 @@ def test_honest_cupy_candidates_pass(name):
 
 
 def test_the_prompts_example_passes_the_checks_it_states():
-    example = BACKEND_NOTES["cupy"].split("```python\n", 1)[1].split("```", 1)[0]
+    example = get_backend("cupy").prompt_note.split("```python\n", 1)[1].split("```", 1)[0]
     r = analyze_candidate(example, backend="cupy")
     assert r.ok and r.kernel_calls, [f.message for f in r.findings]
 
