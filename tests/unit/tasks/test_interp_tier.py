@@ -126,8 +126,9 @@ def test_config_accepts_the_interp_tier_and_validates_its_budget():
 
 def test_triton_on_the_cpu_draws_the_interp_tier(monkeypatch: pytest.MonkeyPatch):
     import musaenv.backends as backends
+    import musaenv.backends.triton as triton_backend
 
     pytest.importorskip("triton")
-    monkeypatch.setattr(backends, "_cuda_device_present", lambda: False)
+    monkeypatch.setattr(triton_backend, "cuda_device_present", lambda: False)
     info: BackendInfo = backends.resolve_backend("triton")
     assert (info.device, info.tier) == ("cpu", "interp")
