@@ -125,9 +125,11 @@ def device_verdict(output: str, prelude_lines: int, names: Callable[[], TorchNam
     declare, a lookup nvcc does not name, another shape of error) is left to the unsplit check.
     """
     errors = list(_NVCC_ERROR.finditer(output))
-    rest = re.sub(r"errors? detected in the compilation", "", _NVCC_ERROR.sub("", output))
+    rest = re.sub(r"errors? detected in the compilation of \"[^\"\n]*\"", "", _NVCC_ERROR.sub("", output))
     if not errors or "error" in rest:
         return None  # an error nvcc reports in another shape (a fatal one, the host compiler's): not ours to judge
+    if DEVICE_FILE in rest:
+        return None  # musaenv's lines took part (a template kernel instantiated by its shims): not judged here
     wanted: list[str] = []
     for i, e in enumerate(errors):
         if e["file"] != DEVICE_ORIGIN or int(e["line"]) <= prelude_lines:

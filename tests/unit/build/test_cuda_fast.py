@@ -176,3 +176,32 @@ def test_the_names_are_not_computed_for_errors_that_are_not_the_candidates():
 
     assert device_verdict('musaenv_device.cu(40): error: expected a ")"\n', 3, never, "") is None
     assert device_verdict('cuda.cu(12): error: explicit type is missing ("int" assumed)\n', 3, never, "") is None
+
+
+def test_an_error_seen_through_musaenvs_own_lines_is_never_judged_by_the_split():
+    # A template kernel is instantiated by the shims' explicit instantiations (musaenv's lines of the device unit).
+    out = (
+        'cuda.cu(12): error: declaration is incompatible with "double sdata[]"\n'
+        '    detected during instantiation of "void add_kernel<scalar_t>(...) [with scalar_t=float]" at line 40 of'
+        ' musaenv_device.cu\n\n1 error detected in the compilation of "musaenv_device.cu".\n'
+    )
+    assert device_verdict(out, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, "") is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_a_template_kernel_under_at_dispatch_builds_through_the_split(bound, tmp_path):
+    from tests.unit.build.test_cuda_split import KB_TEMPLATE
+
+    spec, name = _spec(KB_TEMPLATE)
+    res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
+    assert res is not None and res.ok and res.kernels == ("add_kernel",), res
+    # A syntax error in the template is one whatever instantiates it: the verdict.
+    spec, name = _spec(KB_TEMPLATE.replace("a[idx] + b[idx];", "a[idx] + b[idx] +;"))
+    (tmp_path / "b").mkdir()
+    res = cuda_fast_build(spec, name, tmp_path / "b", pch_cache_root())
+    assert res is not None and not res.ok and "expected an expression" in res.log, res
+    # An error that only instantiating it shows is seen through the shims' instantiations: built as written.
+    spec, name = _spec(KB_TEMPLATE.replace("a[idx] + b[idx];", "a[idx].x + b[idx];"))
+    (tmp_path / "c").mkdir()
+    assert cuda_fast_build(spec, name, tmp_path / "c", pch_cache_root()) is None
