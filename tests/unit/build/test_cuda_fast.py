@@ -1,9 +1,10 @@
 """The CUDA split build with the real compilers (nvcc, g++, the linker), no GPU.
 
 It says "this builds", or "this kernel code is wrong" when nvcc's errors on the device unit are the candidate's
-own (in its lines, no name or overload not found: :func:`device_verdict`); every other way a part can fail (a
-kernel's missing name, a launcher error, a symbol nobody defines) returns ``None``, so the source is built as
-written and that build's output is the verdict (the fidelity tests compare those verdicts with torch's own build).
+own (in its lines, nothing torch's headers could explain: :func:`device_verdict`); every other way a part can
+fail (a name torch's headers spell, a launcher error, a symbol nobody defines) returns ``None``, so the source is
+built as written and that build's output is the verdict (the fidelity tests compare those verdicts with torch's
+own build).
 A real build's module is linked against torch's CUDA libraries; here empty stand-ins for the two a CPU wheel lacks
 let the link run, as tests/fidelity/truth.py does.
 """
