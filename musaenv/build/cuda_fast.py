@@ -253,21 +253,28 @@ def _real_linker(
     return link
 
 
-def _await(
+def _judge_device(
     parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]], judge: Callable[[str], str | None]
 ) -> None:
-    """Wait for the device and host compiles; abandon the split when either failed (a device failure that is the
-    candidate's own error, ``judge(output)``, is the verdict: the host compile is stopped first, as the split is
-    abandoned anyway). Only an nvcc that ran to its end is judged: a killed or timed-out one never is."""
+    """Wait for the device compile; raise its verdict when it failed with the candidate's own errors. Only an nvcc
+    that ran to its end is judged: a killed or timed-out one never is."""
     device = parts[0]
     if device.returncode is None and not device.timed_out:
         _finish(device, tmp, deadline)
         steps.append(device.record())
     if device.returncode is not None and device.returncode > 0 and not device.timed_out:
-        _kill(parts[1:])
+        _kill(parts[1:])  # the split is abandoned whatever the verdict: the host compile is not waited for
         own = judge(device.output)
         if own is not None:
             raise _Verdict(device, own)
+
+
+def _await(
+    parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]], judge: Callable[[str], str | None]
+) -> None:
+    """Wait for the device and host compiles; abandon the split when either failed (a device failure that is the
+    candidate's own error is the verdict: :func:`_judge_device`)."""
+    _judge_device(parts, tmp, deadline, steps, judge)
     for step in parts:
         if step.returncode is None and not step.timed_out:
             _finish(step, tmp, deadline)
@@ -372,6 +379,8 @@ def _build(
         cpp_spec = {**spec, "cuda_sources": [], "with_cuda": None}
         with linking_with(linker):
             res = fast_build(cpp_spec, name, tmp, cache, "fast")
+        if res is None or not res.ok:  # main.cpp did not build here: the kernels' own errors still decide
+            _judge_device(parts, tmp, deadline, steps, judge)
         if pch and parts[1].output:
             store.check_used("split", flags, parts[1].output)
     finally:
