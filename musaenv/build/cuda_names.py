@@ -10,9 +10,9 @@ can only explain it through a name they spell. :class:`TorchNames` holds what is
   pass, macro names and bodies included. A declaration of ``X`` (a variable, a function, an overload, a member, a
   ``using``) holds the token ``X`` there, so "identifier ``X`` is undefined" with ``X`` not among them cannot be
   cured by those headers.
-* ``macros``: macros the unsplit unit's headers leave defined differently from the device unit (defined in one and
-  not the other, or with another body), for either pass. A kernel that spells one of them may read differently
-  there, so none of its errors is judged without the headers.
+* ``macros``: macros the unsplit unit's headers define differently from the device unit at any point (defined in
+  one and not the other, or with another body, at the end or on the way), for either pass. A kernel that spells
+  one of them may read differently there, so none of its errors is judged without the headers.
 
 Both come from ``nvcc -E`` with the device step's own flags (so the same ``-std``, defines and include paths, i.e.
 the same language rules), once per set of flags and torch includes, cached in the header store
@@ -37,7 +37,7 @@ __all__ = ["TorchNames", "torch_includes", "torch_names"]
 
 log = logging.getLogger(__name__)
 
-_VERSION = 1  # of the record's format and of how it is computed: a change makes new keys
+_VERSION = 2  # of the record's format and of how it is computed: a change makes new keys
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _DIRECTIVE = re.compile(r"^\s*#\s*(define|undef)\s+(\w+)(.*)$", re.M)
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10|pybind11|Python\.h|caffe2)[^>"]*[>"]', re.M)
@@ -69,15 +69,19 @@ def torch_includes(cuda_source: str) -> list[str] | None:
     return sorted(set(includes))
 
 
-def _macros(text: str) -> dict[str, str]:
-    """The final ``#define`` state of an ``-E -dD`` output: name -> body (parameters included)."""
+def _macros(text: str) -> tuple[dict[str, str], dict[str, set[str | None]]]:
+    """Of an ``-E -dD`` output: the final ``#define`` state (name -> body, parameters included), and every state
+    each name had on the way (``None``: undefined), since candidate code between two torch includes sees those."""
     state: dict[str, str] = {}
+    seen: dict[str, set[str | None]] = {}
     for m in _DIRECTIVE.finditer(text):
-        if m.group(1) == "define":
-            state[m.group(2)] = m.group(3).strip()
-        else:
+        body = m.group(3).strip() if m.group(1) == "define" else None
+        if body is None:
             state.pop(m.group(2), None)
-    return state
+        else:
+            state[m.group(2)] = body
+        seen.setdefault(m.group(2), set()).add(body)
+    return state, seen
 
 
 def _preprocess(nvcc: str, flags: Sequence[str], lines: Sequence[str], tmp: Path, deadline: float) -> list[str]:
@@ -147,8 +151,9 @@ def torch_names(
     changed: set[str] = set()
     for t, d in zip(torch_out, device_out, strict=True):
         tokens.update(_IDENT.findall(t))
-        tm, dm = _macros(t), _macros(d)
+        (tm, t_seen), (dm, _) = _macros(t), _macros(d)
         changed.update(n for n in tm.keys() | dm.keys() if tm.get(n) != dm.get(n))
+        changed.update(n for n, bodies in t_seen.items() if bodies - {dm.get(n)})  # any other state on the way
     names = TorchNames(frozenset(tokens | changed), frozenset(changed))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

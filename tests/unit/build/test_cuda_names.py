@@ -98,3 +98,11 @@ def test_a_kernel_that_needs_torchs_headers_falls_back_and_builds_as_written(bou
     # Built as written, the first builds (torch's header defines the macro): the fallback decided it right.
     check = cuda_compile_check([spec["cpp_sources"][0]], [TORCH_MACRO], ["add_cuda"], timeout_s=900)
     assert check.ok, check.log[-2000:]
+
+
+def test_a_macro_torchs_headers_define_and_undefine_again_still_counts():
+    from musaenv.build.cuda_names import _macros
+
+    final, seen = _macros("#define A 1\n#define B(x) x\n#undef A\n#define C 2\n")
+    assert final == {"B": "(x) x", "C": "2"}
+    assert seen["A"] == {"1", None}  # candidate code between two torch includes may have seen A defined
