@@ -37,7 +37,7 @@ __all__ = ["TorchNames", "torch_includes", "torch_names"]
 
 log = logging.getLogger(__name__)
 
-_VERSION = 2  # of the record's format and of how it is computed: a change makes new keys
+_VERSION = 3  # of the record's format and of how it is computed: a change makes new keys
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _DIRECTIVE = re.compile(r"^\s*#\s*(define|undef)\s+(\w+)(.*)$", re.M)
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10|pybind11|Python\.h|caffe2)[^>"]*[>"]', re.M)
@@ -151,9 +151,10 @@ def torch_names(
     changed: set[str] = set()
     for t, d in zip(torch_out, device_out, strict=True):
         tokens.update(_IDENT.findall(t))
-        (tm, t_seen), (dm, _) = _macros(t), _macros(d)
+        (tm, t_seen), (dm, d_seen) = _macros(t), _macros(d)
         changed.update(n for n in tm.keys() | dm.keys() if tm.get(n) != dm.get(n))
-        changed.update(n for n, bodies in t_seen.items() if bodies - {dm.get(n)})  # any other state on the way
+        # A state on the way the device unit never has (CUDA's own #undef-then-#define happens in both units).
+        changed.update(n for n, bodies in t_seen.items() if bodies - d_seen.get(n, set()) - {dm.get(n)})
     names = TorchNames(frozenset(tokens | changed), frozenset(changed))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
