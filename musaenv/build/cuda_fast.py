@@ -25,7 +25,7 @@ import logging
 import re
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,16 @@ from musaenv.build.cuda_compile import (
     _torch_build_flags,
 )
 from musaenv.build.cuda_link import judge_link, link_plan
-from musaenv.build.cuda_split import DEVICE_FILE, DEVICE_ORIGIN, CudaSplit, flags_allow_split, split_cuda
+from musaenv.build.cuda_names import TorchNames, looked_up, torch_includes, torch_names
+from musaenv.build.cuda_split import (
+    DEVICE_FILE,
+    DEVICE_ORIGIN,
+    DEVICE_PRELUDE,
+    CudaSplit,
+    _blank,
+    flags_allow_split,
+    split_cuda,
+)
 from musaenv.build.fastbuild import fast_build, isa_pragma_safe, linking_with, split_overlay
 from musaenv.build.pch import CompileFlags, PchStore, torch_flags
 from musaenv.isolation.limits import backstop_s
@@ -53,6 +62,9 @@ __all__ = ["CudaFastResult", "cuda_fast_build"]
 log = logging.getLogger(__name__)
 
 _MACRO_FLAG = re.compile(r"^-[DUI].")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)((?:.*\\\n)*.*)$", re.M)
+_DIRECTIVE_LINE = re.compile(r"^[ \t]*#(?:.*\\\n)*.*$", re.M)
 
 
 @dataclass
@@ -100,21 +112,72 @@ _NVCC_LOOKUP = re.compile(
 )
 
 
-def device_verdict(output: str, prelude_lines: int) -> str | None:
+def device_verdict(output: str, prelude_lines: int, names: Callable[[], TorchNames | None], code: str) -> str | None:
     """nvcc's output on the device unit as the candidate's verdict, or ``None`` when the unsplit check must decide.
 
-    It is the verdict when every error is in the candidate's own lines of ``cuda.cu`` (the device unit carries
-    ``#line`` marks, :mod:`musaenv.build.cuda_split`) and none is a name, member, type or overload not found:
-    the unsplit unit has torch's headers above the same code, and they can only add declarations.
+    The unsplit unit has the same candidate lines below torch's headers, compiled with the same flags, and those
+    headers can only add declarations and macros. So the device unit's errors are the verdict when every one is in
+    the candidate's own lines of ``cuda.cu`` (the device unit carries ``#line`` marks, :mod:`musaenv.build.cuda_split`)
+    and the headers could explain none (``names()``: what they spell, :mod:`musaenv.build.cuda_names`, asked only
+    then): ``code``, the device unit, spells no macro they define differently, and each error is either no lookup
+    at all, or a lookup of a name they never spell (nor the candidate's host code: ``names`` has its words too),
+    or a member-only operator on built-in or CUDA vector types. Anything else (a missing name a header could
+    declare, a lookup nvcc does not name, another shape of error) is left to the unsplit check.
     """
     errors = list(_NVCC_ERROR.finditer(output))
-    rest = re.sub(r"errors? detected in the compilation", "", _NVCC_ERROR.sub("", output))
+    rest = re.sub(r"errors? detected in the compilation of \"[^\"\n]*\"", "", _NVCC_ERROR.sub("", output))
     if not errors or "error" in rest:
         return None  # an error nvcc reports in another shape (a fatal one, the host compiler's): not ours to judge
-    for e in errors:
-        if e["file"] != DEVICE_ORIGIN or int(e["line"]) <= prelude_lines or _NVCC_LOOKUP.search(e["msg"]):
+    if DEVICE_FILE in rest:
+        return None  # musaenv's lines took part (a template kernel instantiated by its shims): not judged here
+    wanted: list[str] = []
+    for i, e in enumerate(errors):
+        if e["file"] != DEVICE_ORIGIN or int(e["line"]) <= prelude_lines:
             return None
+        if _NVCC_LOOKUP.search(e["msg"]):
+            name = looked_up(e["msg"], output[e.end() : errors[i + 1].start() if i + 1 < len(errors) else None])
+            if name is None:
+                return None
+            wanted += [name] if name else []
+    known = names()
+    if known is None or _spelled(code) & known.macros or set(wanted) & known.tokens:
+        return None
     return output.replace(f'compilation of "{DEVICE_FILE}"', f'compilation of "{DEVICE_ORIGIN}"')
+
+
+def _spelled(code: str) -> set[str]:
+    """The identifiers ``code``'s lines use, the body of a macro it defines counting only where it is used (a
+    ``CHECK_CUDA`` spelling ``TORCH_CHECK`` that no kernel expands changes nothing)."""
+    text = _blank(code) or code
+    defs = {m[1]: set(_WORD.findall(m[2])) for m in _DEFINE.finditer(text)}
+    used = set(_WORD.findall(_DIRECTIVE_LINE.sub("", text)))
+    todo = list(used & defs.keys())
+    while todo:
+        body = defs.pop(todo.pop(), set())
+        used |= body
+        todo += list(body & defs.keys())
+    return used
+
+
+def _names_of(
+    spec: dict[str, Any], step: _Step, split: CudaSplit, cache: Path, tmp: Path, deadline: float
+) -> Callable[[], TorchNames | None]:
+    """What the unsplit unit's headers and the candidate's host code spell, for :func:`device_verdict`."""
+
+    def names() -> TorchNames | None:
+        includes = torch_includes("\n".join(spec.get("cuda_sources") or ()))
+        if includes is None:
+            return None
+        cmd = step.command
+        out = cmd.index("-o")
+        flags = [f for f in [*cmd[1:out], *cmd[out + 2 : -1]] if f != "-c"]  # the device step's, minus its files
+        known = torch_names(cache, cmd[0], flags, _CUDA_PRELUDE, includes, DEVICE_PRELUDE, tmp, deadline)
+        if known is None:
+            return None
+        host = set(_WORD.findall(_blank(split.host) or split.host))
+        return TorchNames(known.tokens | host, known.macros)
+
+    return names
 
 
 def _device_step(spec: dict[str, Any], cuda_home: Path, arch_flags: Sequence[str] | None) -> _Step:
@@ -150,10 +213,10 @@ def _host_step(spec: dict[str, Any], flags: CompileFlags, pch: list[str], cache:
 
 def _compile_only_linker(
     parts: list[_Step], tmp: Path, flags: CompileFlags, spec: dict[str, Any], cuda_home: Path, deadline: float,
-    steps: list[dict[str, Any]],
+    steps: list[dict[str, Any]], judge: Callable[[str], str | None],
 ) -> Any:  # fmt: skip
     def link(objs: list[Path], out: Path) -> tuple[int, str]:
-        _await(parts, tmp, deadline, steps)
+        _await(parts, tmp, deadline, steps, judge)
         objects = [str(o) for o in objs] + ["musaenv_host.o", "musaenv_device.o"]
         plan = link_plan(flags.cxx[0], objects, True, cuda_home, spec.get("extra_ldflags") or (), str(out))
         step = _Step("link", plan.command, "; ".join(plan.notes), cpu_limit_s=parts[0].cpu_limit_s)
@@ -168,14 +231,15 @@ def _compile_only_linker(
 
 
 def _real_linker(
-    parts: list[_Step], tmp: Path, flags: CompileFlags, cuda_home: Path, deadline: float, steps: list[dict[str, Any]]
-) -> Any:
+    parts: list[_Step], tmp: Path, flags: CompileFlags, cuda_home: Path, deadline: float, steps: list[dict[str, Any]],
+    judge: Callable[[str], str | None],
+) -> Any:  # fmt: skip
     from torch.utils.cpp_extension import TORCH_LIB_PATH
 
     cuda_lib = cuda_home / "lib64" if (cuda_home / "lib64").exists() else cuda_home / "lib"
 
     def link(objs: list[Path], out: Path) -> tuple[int, str]:
-        _await(parts, tmp, deadline, steps)
+        _await(parts, tmp, deadline, steps, judge)
         cuda_libs = [f"-L{TORCH_LIB_PATH}", "-lc10_cuda", "-ltorch_cuda", f"-L{cuda_lib}", "-lcudart"]
         cmd = [*flags.cxx, *map(str, objs), "musaenv_host.o", "musaenv_device.o", *flags.ldflags, *cuda_libs]
         cmd += ["-o", str(out)]
@@ -189,17 +253,28 @@ def _real_linker(
     return link
 
 
-def _await(parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]]) -> None:
-    """Wait for the device and host compiles; abandon the split when either failed (a device failure that is the
-    candidate's own error is the verdict, and the host compile is not waited for)."""
+def _judge_device(
+    parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]], judge: Callable[[str], str | None]
+) -> None:
+    """Wait for the device compile; raise its verdict when it failed with the candidate's own errors. Only an nvcc
+    that ran to its end is judged: a killed or timed-out one never is."""
     device = parts[0]
     if device.returncode is None and not device.timed_out:
         _finish(device, tmp, deadline)
         steps.append(device.record())
-    own = device_verdict(device.output, len(_CUDA_PRELUDE)) if device.returncode not in (0, None) else None
-    if own is not None:
-        _kill(parts)
-        raise _Verdict(device, own)
+    if device.returncode is not None and device.returncode > 0 and not device.timed_out:
+        _kill(parts[1:])  # the split is abandoned whatever the verdict: the host compile is not waited for
+        own = judge(device.output)
+        if own is not None:
+            raise _Verdict(device, own)
+
+
+def _await(
+    parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]], judge: Callable[[str], str | None]
+) -> None:
+    """Wait for the device and host compiles; abandon the split when either failed (a device failure that is the
+    candidate's own error is the verdict: :func:`_judge_device`)."""
+    _judge_device(parts, tmp, deadline, steps, judge)
     for step in parts:
         if step.returncode is None and not step.timed_out:
             _finish(step, tmp, deadline)
@@ -294,14 +369,18 @@ def _build(
         parts.append(_host_step(spec, store.unit_flags("split", flags) if pch else flags, pch, cache, cuda_home))
         parts[1].cpu_limit_s = parts[0].cpu_limit_s
         _start(parts[1], tmp)
+        names = _names_of(spec, parts[0], split, cache, tmp, deadline)
+        judge = lambda output: device_verdict(output, len(_CUDA_PRELUDE), names, split.device)  # noqa: E731
         linker = (
-            _compile_only_linker(parts, tmp, flags, spec, cuda_home, deadline, steps)
+            _compile_only_linker(parts, tmp, flags, spec, cuda_home, deadline, steps, judge)
             if arch_flags is None
-            else _real_linker(parts, tmp, flags, cuda_home, deadline, steps)
+            else _real_linker(parts, tmp, flags, cuda_home, deadline, steps, judge)
         )
         cpp_spec = {**spec, "cuda_sources": [], "with_cuda": None}
         with linking_with(linker):
             res = fast_build(cpp_spec, name, tmp, cache, "fast")
+        if res is None or not res.ok:  # main.cpp did not build here: the kernels' own errors still decide
+            _judge_device(parts, tmp, deadline, steps, judge)
         if pch and parts[1].output:
             store.check_used("split", flags, parts[1].output)
     finally:

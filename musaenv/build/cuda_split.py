@@ -8,21 +8,23 @@ the 2-core CI machine. Almost every KernelBench candidate is kernels on plain po
 * ``device``: the kernels, ``__device__`` functions and variables, and the torch-free declarations they can use
   (types, constants, macros, includes other than torch's), plus one launch shim per kernel,
   ``void musaenv_launch_<k>(dim3, dim3, size_t, cudaStream_t, <k's parameters>)`` that launches it with
-  ``<<<...>>>``. nvcc compiles it without a torch header: about a second.
+  ``<<<...>>>``. nvcc compiles it without a torch header: about a second. A template kernel (one type parameter)
+  gets a template shim, instantiated for the types its launches use (``k<float>``; ``k<scalar_t>`` in
+  ``AT_DISPATCH_FLOATING_TYPES``: double, float).
 * ``host``: everything that is not device code, in the original order, with each ``k<<<g, b[, s[, st]]>>>(args)``
   replaced by a call to ``k``'s shim (declared where ``k`` was defined, so a launch before the kernel is declared
   still fails). g++ compiles it like a C++ candidate (torch's flags, a precompiled ``torch/types.h``).
 
-The split is conservative: anything it cannot place for certain (conditional compilation, namespaces, template
-kernels, kernel names used other than in a launch, torch types in device code, ...) returns ``None`` and the
-caller builds the source as written. A split is only ever used to say "this builds"; every failure is decided by
-the unsplit build (:mod:`musaenv.build.cuda_fast`).
+The split is conservative: anything it cannot place for certain (conditional compilation, namespaces, other
+template kernels or launches, kernel names used other than in a launch, torch types in device code, ...) returns
+``None`` and the caller builds the source as written. A split says "this builds", or that a kernel's own error
+is the verdict where torch's headers could not explain it (:mod:`musaenv.build.cuda_fast`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["DEVICE_FILE", "DEVICE_ORIGIN", "DEVICE_PRELUDE", "CudaSplit", "split_cuda"]
 
@@ -50,6 +52,11 @@ _UNSUPPORTED = re.compile(
 )
 _CONDITIONAL = re.compile(r"#\s*(if|ifdef|ifndef|elif|else|endif|error|line)\b")
 _KERNEL_HEAD = re.compile(r"(\w+)\s*\($")
+_TEMPLATE_HEAD = re.compile(r"\s*template\s*<\s*(?:typename|class)\s+([A-Za-z_]\w*)\s*>")
+# The types a launch may instantiate a template kernel with: one built-in arithmetic type, or ``scalar_t`` inside
+# torch's AT_DISPATCH_FLOATING_TYPES (double and float), the dispatch KernelBench generations use.
+_BUILTIN_ARG = re.compile(r"^(float|double|int|unsigned int|long|long long|unsigned long|short|char|bool)$")
+_DISPATCHED = ("double", "float")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _TYPE_WORDS = {"const", "volatile", "unsigned", "signed", "int", "float", "double", "char", "long", "short", "bool",
                "void", "size_t", "__restrict__", "__restrict", "struct", "__grid_constant__"}  # fmt: skip
@@ -167,11 +174,19 @@ class _Kernel:
     name: str
     params: str
     names: list[str]
+    tparams: tuple[str, ...] = ()  # a template kernel's type parameters (``typename T``, ``class T`` only)
+    uses: set[str] = field(default_factory=set)  # the template arguments its launches spell, one type each
 
 
 def _kernel(chunk: _Chunk) -> _Kernel | None:
-    """Name and parameters of a non-template ``__global__`` function definition or declaration."""
+    """Name and parameters of a ``__global__`` function definition or declaration; a template only of one type
+    parameter (``template <typename T>``)."""
     code = chunk.code
+    tparams: tuple[str, ...] = ()
+    template = _TEMPLATE_HEAD.match(code)
+    if template:
+        tparams = (template.group(1),)
+        code = " " * template.end() + code[template.end() :]
     body = code.find("{")
     head = code[: body if body >= 0 else len(code)].rstrip().rstrip(";").rstrip()
     if re.match(r"\s*template\b", code) or not head.endswith(")"):
@@ -189,7 +204,7 @@ def _kernel(chunk: _Chunk) -> _Kernel | None:
     names = _param_names(code[j + 1 : len(head) - 1])
     if names is None:
         return None
-    return _Kernel(m.group(1), "" if params == "void" else params, names)
+    return _Kernel(m.group(1), "" if params == "void" else params, names, tparams)
 
 
 def _param_names(params: str) -> list[str] | None:
@@ -221,13 +236,16 @@ def _split_top(args: str) -> list[str]:
 def _rewrite_launches(text: str, code: str, kernels: dict[str, _Kernel]) -> str | None:
     """Replace ``k<<<cfg>>>(args)`` by ``musaenv_launch_k(cfg..., args)``; None when a launch is unreadable."""
     out, pos = [], 0
-    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*<<<", code):
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:<([^<>;{}()]*)>)?\s*<<<", code):
         if m.start() < pos:
             continue
-        name = m.group(1)
+        name, targ = m.group(1), " ".join((m.group(2) or "").split())
         end_cfg = code.find(">>>", m.end())
-        if name not in kernels or end_cfg < 0:
+        if name not in kernels or end_cfg < 0 or bool(targ) != bool(kernels[name].tparams):
+            return None  # not a kernel of this source, or a template's arguments left to deduction
+        if targ and not (_BUILTIN_ARG.match(targ) or (targ == "scalar_t" and _dispatches_floating(code))):
             return None
+        kernels[name].uses.add(targ)
         paren = re.compile(r"\s*\(").match(code, end_cfg + 3)
         if not paren:
             return None
@@ -242,18 +260,38 @@ def _rewrite_launches(text: str, code: str, kernels: dict[str, _Kernel]) -> str 
             return None
         cfg += ["0"] * (4 - len(cfg))
         args = text[paren.end() : j].strip()
-        call = f"musaenv_launch_{name}({', '.join(c.strip() for c in cfg)}{', ' + args if args else ''})"
+        call = f"musaenv_launch_{name}{f'<{targ}>' if targ else ''}({', '.join(c.strip() for c in cfg)}"
+        call += f"{', ' + args if args else ''})"
         out += [text[pos : m.start()], call]
         pos = j + 1
     return "".join([*out, text[pos:]])
 
 
+def _dispatches_floating(code: str) -> bool:
+    """The launch's code dispatches by torch's AT_DISPATCH_FLOATING_TYPES alone (``scalar_t``: double, float)."""
+    return set(re.findall(r"\bAT_DISPATCH_\w+", code)) == {"AT_DISPATCH_FLOATING_TYPES"}
+
+
 def _shims(k: _Kernel) -> tuple[str, str]:
-    """(host declaration, device definition) of kernel ``k``'s launch shim."""
+    """(host declaration, device definition) of kernel ``k``'s launch shim (a template of a template kernel)."""
     params = f", {k.params}" if k.params else ""
-    head = f"void musaenv_launch_{k.name}(dim3 musaenv_g, dim3 musaenv_b, size_t musaenv_s, cudaStream_t musaenv_st"
-    call = f"{k.name}<<<musaenv_g, musaenv_b, musaenv_s, musaenv_st>>>({', '.join(k.names)});"
+    template = f"template <typename {k.tparams[0]}> " if k.tparams else ""
+    head = f"{template}void musaenv_launch_{k.name}(dim3 musaenv_g, dim3 musaenv_b, size_t musaenv_s, "
+    head += "cudaStream_t musaenv_st"
+    targs = f"<{k.tparams[0]}>" if k.tparams else ""
+    call = f"{k.name}{targs}<<<musaenv_g, musaenv_b, musaenv_s, musaenv_st>>>({', '.join(k.names)});"
     return f"{head}{params});", f"{head}{params}) {{ {call} }}"
+
+
+def _instances(k: _Kernel) -> str:
+    """Explicit instantiations of a template kernel's shim for the types its launches use (the device unit
+    defines them; the host unit only declares the template)."""
+    types = sorted({t for use in k.uses for t in (_DISPATCHED if use == "scalar_t" else (use,))})
+    out = []
+    for t in types:
+        params = re.sub(rf"\b{k.tparams[0]}\b", t, f", {k.params}" if k.params else "")
+        out.append(f"template void musaenv_launch_{k.name}<{t}>(dim3, dim3, size_t, cudaStream_t{params});")
+    return "\n".join(out)
 
 
 def _place(chunk: _Chunk) -> str | None:
@@ -320,6 +358,9 @@ def split_cuda(source: str, prelude: tuple[str, ...]) -> CudaSplit | None:
         return None  # the host code names device code (a kernel's address, a __constant__ symbol, ...)
     if not kernels:
         return None
+    for k in kernels.values():
+        if k.tparams and k.uses:
+            device.add(_instances(k))
     return CudaSplit(device.text(), host_text, tuple(kernels))
 
 

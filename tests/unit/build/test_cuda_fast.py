@@ -1,9 +1,10 @@
 """The CUDA split build with the real compilers (nvcc, g++, the linker), no GPU.
 
 It says "this builds", or "this kernel code is wrong" when nvcc's errors on the device unit are the candidate's
-own (in its lines, no name or overload not found: :func:`device_verdict`); every other way a part can fail (a
-kernel's missing name, a launcher error, a symbol nobody defines) returns ``None``, so the source is built as
-written and that build's output is the verdict (the fidelity tests compare those verdicts with torch's own build).
+own (in its lines, nothing torch's headers could explain: :func:`device_verdict`); every other way a part can
+fail (a name torch's headers spell, a launcher error, a symbol nobody defines) returns ``None``, so the source is
+built as written and that build's output is the verdict (the fidelity tests compare those verdicts with torch's
+own build).
 A real build's module is linked against torch's CUDA libraries; here empty stand-ins for the two a CPU wheel lacks
 let the link run, as tests/fidelity/truth.py does.
 """
@@ -20,6 +21,7 @@ from musaenv.build.bindobj import module_object
 from musaenv.build.buildspec import BuildSpec
 from musaenv.build.cuda_compile import _CUDA_PRELUDE
 from musaenv.build.cuda_fast import cuda_fast_build, device_verdict
+from musaenv.build.cuda_names import TorchNames
 from musaenv.build.loader import pch_cache_root
 from musaenv.build.pch import PchStore, torch_flags
 from tests.unit.build.test_cuda_split import KB_ADD
@@ -102,6 +104,9 @@ def test_a_kernel_syntax_error_is_diagnosed_once_in_the_lines_of_cuda_cu(bound, 
     # A name not found in a kernel stays with the unsplit check: test_device_verdict_takes_only_..._own_errors.
 
 
+NONE_DECLARED = TorchNames(frozenset({"max", "half2", "TORCH_CHECK", "CUDA_KERNEL_ASSERT"}), frozenset({"TORCH_CHECK"}))
+
+
 @pytest.mark.parametrize(
     ("output", "own"),
     [
@@ -110,8 +115,30 @@ def test_a_kernel_syntax_error_is_diagnosed_once_in_the_lines_of_cuda_cu(bound, 
             "",
             True,
         ),
-        ('cuda.cu(12): error: identifier "half2" is undefined\n', False),  # a header torch's brought may declare it
-        ('cuda.cu(12): error: no instance of overloaded function "max" matches\n', False),
+        ('cuda.cu(12): error: identifier "half2" is undefined\n', False),  # a header torch's brought declares it
+        ('cuda.cu(12): error: identifier "M_SQRT_2" is undefined\n', True),  # no header of the unsplit unit spells it
+        ('cuda.cu(12): error: no instance of overloaded function "max" matches the argument list\n', False),
+        ('cuda.cu(12): error: no instance of overloaded function "std::clampf" matches the argument list\n', True),
+        ('cuda.cu(12): error: namespace "std" has no member "clampf"\n', True),
+        ('cuda.cu(12): error: namespace "std" has no member "max"\n', False),
+        (
+            'cuda.cu(37): error: no operator "[]" matches these operands\n  operand types are: float4 [ int ]\n',
+            True,
+        ),
+        (
+            'cuda.cu(37): error: no operator "+" matches these operands\n  operand types are: float4 + float4\n',
+            False,
+        ),
+        (
+            'cuda.cu(37): error: no operator "[]" matches these operands\n            operand types are: Acc [ int ]\n',
+            False,
+        ),
+        ('cuda.cu(12): error: explicit type is missing ("int" assumed)\n', False),  # names nothing: a header may
+        (
+            'cuda.cu(12): error: identifier "M_SQRT_2" is undefined\n'
+            'cuda.cu(13): error: identifier "max" is undefined\n',
+            False,
+        ),
         ('musaenv_device.cu(40): error: expected a ")"\n', False),  # our shim: the unsplit check decides
         ('cuda.cu(2): error: expected a ";"\n', False),  # load_inline's header lines
         ('cuda.cu(9): catastrophic error: cannot open source file "foo.h"\n', False),
@@ -119,8 +146,63 @@ def test_a_kernel_syntax_error_is_diagnosed_once_in_the_lines_of_cuda_cu(bound, 
         ("cuda.cu(12): error: expected a \";\"\nnvcc error   : 'cudafe++' died\n", False),
     ],
 )
-def test_device_verdict_takes_only_the_candidates_own_errors(output, own):
-    got = device_verdict(output, len(_CUDA_PRELUDE))
+def test_device_verdict_takes_only_errors_torchs_headers_cannot_explain(output, own):
+    asked = []
+    got = device_verdict(output, len(_CUDA_PRELUDE), lambda: asked.append(1) or NONE_DECLARED, "__global__ void k();")
     assert (got is not None) is own
     if own:
-        assert 'compilation of "cuda.cu"' in got
+        assert 'compilation of "cuda.cu"' not in output or 'compilation of "cuda.cu"' in got
+    assert len(asked) <= 1
+
+
+SYNTAX = 'cuda.cu(12): error: expected a ";"\n'
+
+
+def test_a_kernel_that_expands_a_macro_torchs_headers_define_is_never_judged_without_them():
+    # A syntax error can be one only because a macro of torch's headers is missing (it would expand differently).
+    uses = "#define CHECK(x) TORCH_CHECK(x)\n__global__ void k(int x) { CHECK(x); }\n"
+    assert device_verdict(SYNTAX, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, uses) is None
+    # The same macro spelled in a define no kernel expands changes nothing (KernelBench's CHECK_CUDA lines).
+    unused = "#define CHECK(x) TORCH_CHECK(x)\n__global__ void k(int x) { x; }\n"
+    assert device_verdict(SYNTAX, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, unused) is not None
+
+
+def test_without_the_names_of_torchs_headers_nothing_is_judged():
+    assert device_verdict(SYNTAX, len(_CUDA_PRELUDE), lambda: None, "__global__ void k();") is None
+
+
+def test_the_names_are_not_computed_for_errors_that_are_not_the_candidates():
+    def never() -> TorchNames:
+        raise AssertionError("asked for the names of an error in musaenv's own lines")
+
+    assert device_verdict('musaenv_device.cu(40): error: expected a ")"\n', 3, never, "") is None
+    assert device_verdict('cuda.cu(12): error: explicit type is missing ("int" assumed)\n', 3, never, "") is None
+
+
+def test_an_error_seen_through_musaenvs_own_lines_is_never_judged_by_the_split():
+    # A template kernel is instantiated by the shims' explicit instantiations (musaenv's lines of the device unit).
+    out = (
+        'cuda.cu(12): error: declaration is incompatible with "double sdata[]"\n'
+        '    detected during instantiation of "void add_kernel<scalar_t>(...) [with scalar_t=float]" at line 40 of'
+        ' musaenv_device.cu\n\n1 error detected in the compilation of "musaenv_device.cu".\n'
+    )
+    assert device_verdict(out, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, "") is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_a_template_kernel_under_at_dispatch_builds_through_the_split(bound, tmp_path):
+    from tests.unit.build.test_cuda_split import KB_TEMPLATE
+
+    spec, name = _spec(KB_TEMPLATE)
+    res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
+    assert res is not None and res.ok and res.kernels == ("add_kernel",), res
+    # A syntax error in the template is one whatever instantiates it: the verdict.
+    spec, name = _spec(KB_TEMPLATE.replace("a[idx] + b[idx];", "a[idx] + b[idx] +;"))
+    (tmp_path / "b").mkdir()
+    res = cuda_fast_build(spec, name, tmp_path / "b", pch_cache_root())
+    assert res is not None and not res.ok and "expected an expression" in res.log, res
+    # An error that only instantiating it shows is seen through the shims' instantiations: built as written.
+    spec, name = _spec(KB_TEMPLATE.replace("a[idx] + b[idx];", "a[idx].x + b[idx];"))
+    (tmp_path / "c").mkdir()
+    assert cuda_fast_build(spec, name, tmp_path / "c", pch_cache_root()) is None

@@ -134,3 +134,60 @@ def test_device_lines_carry_their_place_in_cuda_cu():
             assert line == n
         line, first = line + 1, False
     assert seen >= 8 and '"musaenv_device.cu"' in s.device
+
+
+KB_TEMPLATE = r"""
+#include <torch/extension.h>
+
+template <typename scalar_t>
+__global__ void add_kernel(const scalar_t* a, const scalar_t* b, scalar_t* out, int size) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < size) out[idx] = a[idx] + b[idx];
+}
+
+torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::zeros_like(a);
+    int n = a.numel();
+    AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "add_cuda", ([&] {
+        add_kernel<scalar_t><<<(n + 255) / 256, 256>>>(a.data_ptr<scalar_t>(), b.data_ptr<scalar_t>(),
+                                                       out.data_ptr<scalar_t>(), n);
+    }));
+    return out;
+}
+"""
+
+
+def test_a_template_kernel_dispatched_over_floating_types_gets_a_shim_for_double_and_float():
+    s = _split(KB_TEMPLATE)
+    assert s is not None and s.kernels == ("add_kernel",)
+    assert "template <typename scalar_t> void musaenv_launch_add_kernel(" in s.host  # declared only
+    assert "musaenv_launch_add_kernel<scalar_t>((n + 255) / 256, 256, 0, 0, a.data_ptr<scalar_t>()" in s.host
+    for t in ("double", "float"):  # what AT_DISPATCH_FLOATING_TYPES instantiates, defined by the device unit
+        inst = f"template void musaenv_launch_add_kernel<{t}>(dim3, dim3, size_t, cudaStream_t, const {t}* a,"
+        assert inst in s.device
+    assert "Half" not in s.device and "<<<" not in s.host
+
+
+def test_a_template_kernel_launched_with_a_builtin_type_is_instantiated_for_that_type_only():
+    src = (
+        KB_TEMPLATE.replace('AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "add_cuda", ([&] {', "{")
+        .replace("}));", "}")
+        .replace("<scalar_t>", "<float>")
+    )
+    s = _split(src)
+    assert s is not None and "musaenv_launch_add_kernel<float>(dim3" in s.device
+    assert "<double>" not in s.device
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("AT_DISPATCH_FLOATING_TYPES(", "AT_DISPATCH_FLOATING_TYPES_AND_HALF("),  # c10::Half: a torch type
+        ("add_kernel<scalar_t><<<", "add_kernel<<<"),  # template arguments left to deduction
+        ("template <typename scalar_t>", "template <typename scalar_t, int N>"),  # not one type parameter
+        ("add_kernel<scalar_t><<<", "add_kernel<scalar_t*><<<"),  # a type spelled other than one type
+    ],
+)
+def test_template_kernels_the_split_cannot_spell_for_certain_are_built_as_written(old, new):
+    assert old in KB_TEMPLATE
+    assert _split(KB_TEMPLATE.replace(old, new)) is None

@@ -1,0 +1,108 @@
+"""Judging a CUDA candidate's kernel errors without torch's headers, only where those headers could not explain them.
+
+Both sides with the real compilers: a name no header of the unsplit unit spells (a kernel's own mistake) is the
+verdict of the split build, in seconds; a kernel that needs a macro torch's headers define falls back to the build
+as written, which then judges it as torch's own build would (it builds).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from musaenv import _env
+from musaenv.build.cuda_compile import _CUDA_PRELUDE, cuda_compile_check
+from musaenv.build.cuda_fast import _device_step, cuda_fast_build
+from musaenv.build.cuda_names import looked_up, torch_includes, torch_names
+from musaenv.build.cuda_split import DEVICE_PRELUDE
+from musaenv.build.loader import pch_cache_root
+from tests.unit.build.test_cuda_fast import _spec, bound  # noqa: F401  (the fixture)
+from tests.unit.build.test_cuda_split import KB_ADD
+
+needs_nvcc = pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+
+
+def test_torch_includes_are_the_candidates_torch_headers_unless_a_macro_precedes_them():
+    src = "#include <torch/extension.h>\n#include <cuda_fp16.h>\n#include <ATen/cuda/CUDAContext.h>\n"
+    assert torch_includes(src) == ["#include <ATen/cuda/CUDAContext.h>", "#include <torch/extension.h>"]
+    assert torch_includes("#include <cuda.h>\n__global__ void k() {}\n") == []
+    # A macro defined before a torch header may change what it declares: not judged without it.
+    assert torch_includes("#define AT_PER_OPERATOR_HEADERS\n#include <ATen/ops/add.h>\n") is None
+    assert torch_includes("#include <torch/extension.h>\n#define BLOCK 256\n") == ["#include <torch/extension.h>"]
+
+
+@pytest.mark.parametrize(
+    ("message", "context", "name"),
+    [
+        ('identifier "M_SQRT_2" is undefined', "", "M_SQRT_2"),
+        ('class "float4" has no member "a"', "", "a"),
+        ('no instance of function template "std::clampf" matches the argument list', "", "clampf"),
+        ('no operator "[]" matches these operands', "  operand types are: const float4 [ int ]\n", ""),
+        ('no operator "=" matches these operands', "  operand types are: at::Half = float\n", None),
+        ('no operator "*" matches these operands', "  operand types are: float4 * float\n", None),
+        ('explicit type is missing ("int" assumed)', "", None),
+    ],
+)
+def test_looked_up_names_what_a_header_would_have_to_declare(message, context, name):
+    assert looked_up(message, context) == name
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_the_names_of_torchs_headers_come_from_the_preprocessed_unsplit_unit(tmp_path):
+    cuda_home = _env.cuda_home()
+    assert cuda_home is not None
+    cmd = _device_step({"extra_cuda_cflags": []}, cuda_home, None).command
+    out = cmd.index("-o")
+    flags = [f for f in [*cmd[1:out], *cmd[out + 2 : -1]] if f != "-c"]
+    includes = ["#include <torch/extension.h>"]
+    args = (cmd[0], flags, _CUDA_PRELUDE, includes, DEVICE_PRELUDE, tmp_path)
+    names = torch_names(tmp_path / "store", *args, time.monotonic() + 600)
+    assert names is not None
+    assert {"TORCH_CHECK", "CUDA_KERNEL_ASSERT", "C10_HOST_DEVICE"} <= names.macros  # torch's, not CUDA's
+    assert "__global__" not in names.macros and "M_PI" not in names.macros  # the same in the device unit
+    assert {"half2", "max", "Tensor", "M_PI"} <= names.tokens and "M_SQRT_2" not in names.tokens
+    # Kept in the header store: the second ask reads it (no time left to compute anything).
+    assert torch_names(tmp_path / "store", *args, time.monotonic()) == names
+    assert torch_names(tmp_path / "other", *args, time.monotonic()) is None  # nothing kept, no time: no names
+
+
+UNDECLARED = KB_ADD.replace("out[idx] = add2(a[idx], b[idx]);", "out[idx] = add2(a[idx], b[idx]) * M_SQRT_2;")
+# CUDA_KERNEL_ASSERT is a macro of c10/macros/Macros.h, which torch/types.h includes: only the unsplit unit has it.
+TORCH_MACRO = KB_ADD.replace("if (idx < size)", "CUDA_KERNEL_ASSERT(size >= 0);\n    if (idx < size)")
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_a_kernel_name_no_header_declares_is_the_verdict_of_the_split(bound, tmp_path):  # noqa: F811
+    spec, name = _spec(UNDECLARED)
+    res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
+    assert res is not None and not res.ok, res
+    assert 'error: identifier "M_SQRT_2" is undefined' in res.log and res.log.startswith("== cuda: ")
+    assert [s["name"] for s in res.steps] == ["device"]  # the host part was not waited for
+
+
+@pytest.mark.slow
+@needs_nvcc
+def test_a_kernel_that_needs_torchs_headers_falls_back_and_builds_as_written(bound, tmp_path):  # noqa: F811
+    spec, name = _spec(TORCH_MACRO)
+    declined: list[dict[str, str]] = []
+    assert cuda_fast_build(spec, name, tmp_path, pch_cache_root(), declined=declined) is None
+    assert "abandoned" in declined[-1]["why"], declined
+    # The same macro beside a real syntax error: the error is not judged without the header either.
+    broken = TORCH_MACRO.replace("out[idx] = add2(a[idx], b[idx]);", "out[idx] = add2(a[idx], b[idx]) +;")
+    spec2, name2 = _spec(broken)
+    (tmp_path / "b").mkdir()
+    assert cuda_fast_build(spec2, name2, tmp_path / "b", pch_cache_root()) is None
+    # Built as written, the first builds (torch's header defines the macro): the fallback decided it right.
+    check = cuda_compile_check([spec["cpp_sources"][0]], [TORCH_MACRO], ["add_cuda"], timeout_s=900)
+    assert check.ok, check.log[-2000:]
+
+
+def test_a_macro_torchs_headers_define_and_undefine_again_still_counts():
+    from musaenv.build.cuda_names import _macros
+
+    final, seen = _macros("#define A 1\n#define B(x) x\n#undef A\n#define C 2\n")
+    assert final == {"B": "(x) x", "C": "2"}
+    assert seen["A"] == {"1", None}  # candidate code between two torch includes may have seen A defined
