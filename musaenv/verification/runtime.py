@@ -15,12 +15,11 @@ candidate loaded. This module judges them, in the parent, where the candidate ca
   forbidden torch op computed from forward's inputs, the kernels only passed it on (S4 padded to meet the floor).
 * ``no_kernel_call``: some call of forward never returned from the candidate's extension (S1-S3).
 * ``output_not_from_kernel``: overwriting the last kernel call's result left the output unchanged (S3).
-* ``output_independent_of_input``: the reference output changed between two trials, the candidate's did not
-  follow (S6, S7).
+* ``output_independent_of_input``: the reference output changed between two trials, the candidate's did not (S6, S7).
 * ``nondeterministic``: a repeat of trial 1 after poisoning freed memory fails the reference (S8, S9); a repeat that
   only differs in bits is the warning ``nondeterministic_bits``.
-* ``stale_output``: trial 1's tensors rewritten in place with a later trial's values gave the old values' answer
-  (an output cache keyed on the address, S11; checked on every evaluation, not sampled).
+* ``stale_output``: trial 1's tensors rewritten in place with a later trial's values gave an old answer (S11: a
+  cache keyed on the address; both calls of that run are checked, on every evaluation, not sampled).
 * ``thread_started``, ``global_state_changed``, ``timer_tampering``, ``harness_tampering`` (T2, T4, T9, S20).
 * ``suspicious_speedup`` (warning): above the configured ceiling; the speedup is recomputed conservatively.
 
@@ -88,9 +87,8 @@ RUNTIME_FLAGS: dict[str, str] = {
 DEPENDENCE_MAX_MISMATCH = 0.5
 REFERENCE_CONSTANT_REL = 1e-6
 DEPENDENCE_SAMPLE = 1 << 16  # elements compared per output: keeps the check at milliseconds for 16 MB outputs
-# A re-measure this many times slower than the reported median (and by more than the floor) means the first clock
-# was not trustworthy. Host noise on this project's shared 2-core machines reached 4.7x between two medians of 5
-# calls, so the factor leaves twice that margin.
+# A re-measure this many times slower than the reported median (and by more than the floor): the first clock lied.
+# Host noise on the shared 2-core machines reached 4.7x between two medians of 5 calls; the factor doubles that.
 REMEASURE_FACTOR = 10.0
 REMEASURE_FLOOR_MS = 0.05
 
@@ -306,15 +304,20 @@ def _rewrite_findings(
     tol: tuple[float, float],
     out: RuntimeFindings,
 ) -> None:
-    """Trial 1's tensors rewritten in place with trial ``j``'s values: the output must be trial ``j``'s reference
-    (judged only when the candidate passed both trials fresh)."""
+    """Trial 1's tensors rewritten in place with trial ``j``'s values: the output must be trial ``j``'s, and the call
+    before it (``rewrite_calls`` 2) trial 1's (judged only when the candidate passed both trials fresh)."""
     n, j = int(msg.get("rewrite_outputs", 0)), int(msg.get("rewrite_trial", -1))
     out.extra["rewrite"] = msg.get("rewrite_note", "")
     if not n or not 0 < j < min(len(passed), len(ref), len(cand)) or not (passed[0] and passed[j]):
         return
-    cmp = compare_outputs(list(arrays[:n]), list(ref[j]), tol[0], tol[1])
-    if not cmp.passed:
-        out.add("stale_output", f"trial 1's inputs rewritten in place with trial {j + 1}'s values: {cmp.reason}")
+    calls = [(j, f"trial 1's inputs rewritten in place with trial {j + 1}'s values")]
+    if int(msg.get("rewrite_calls", 1)) == 2:
+        calls.insert(0, (0, "trial 1's inputs in fresh tensors"))
+    for k, (trial, what) in enumerate(calls):
+        cmp = compare_outputs(list(arrays[k * n : (k + 1) * n]), list(ref[trial]), tol[0], tol[1])
+        if not cmp.passed:
+            out.add("stale_output", f"{what}: {cmp.reason}")
+            return
 
 
 def assess_runtime(

@@ -109,6 +109,14 @@ def test_the_old_answer_after_an_in_place_rewrite_is_flagged() -> None:
     assert assess_runtime(report, fresh, cand, ref, [True] * 3, TOL, STRICT).flags == []
     # not judged when the candidate failed that trial fresh (its own error, reported as incorrect already)
     assert assess_runtime(report, stale, cand, ref, [True, True, False], TOL, STRICT).flags == []
+    # both calls sent: a cache that found an earlier trial's entry at the fresh tensors' address answers the first
+    # call (trial 1's values) with that trial's output, and the second one right when that trial is the one written in
+    both = _report(repeat_outputs=1, rewrite_outputs=1, rewrite_calls=2, rewrite_trial=2)
+    reused = [cand[0][0].copy(), ref[2][0].copy(), ref[2][0].copy()]
+    out = assess_runtime(both, reused, cand, ref, [True] * 3, TOL, STRICT)
+    assert out.flags == ["stale_output"] and "fresh tensors" in out.messages[0]
+    right = [cand[0][0].copy(), ref[0][0].copy(), ref[2][0].copy()]
+    assert assess_runtime(both, right, cand, ref, [True] * 3, TOL, STRICT).flags == []
 
 
 def test_missing_kernel_calls_and_cached_repeat_are_flagged() -> None:
