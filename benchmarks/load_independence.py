@@ -13,7 +13,8 @@ Targets (issue 26): per task the median speedup under load within +-10 % of the 
 idle median in >= 95 % of the loaded evaluations, and the fast_1.0 decision (median speedup > 1) unchanged.
 
 Usage: ``python benchmarks/load_independence.py [--tasks l1_relu,l1_add] [--per-core 2] [--out out/load.json]``;
-``python benchmarks/load_independence.py --speedups [--evals 5] [--modes paired,dedicated_host]``.
+``python benchmarks/load_independence.py --speedups [--evals 5] [--modes paired,dedicated_host]``; a mode may name
+the workers' allocator after a colon (``--modes paired,paired:system``: ``TimingConfig.allocator``).
 The CI test ``tests/integration/test_load.py`` runs :func:`compare` on three tasks.
 """
 
@@ -115,9 +116,15 @@ def _speedup_round(pools: dict[str, EvaluatorPool], tasks: Sequence[str], seed: 
     return rows
 
 
+def _mode_timing(mode: str) -> TimingConfig:
+    """``reference[:allocator]``: ``paired``, ``dedicated_host:system`` (``TimingConfig.allocator``, default steady)."""
+    reference, _, allocator = mode.partition(":")
+    return SPEEDUP_TIMING.replace(reference=reference, allocator=allocator or "steady")
+
+
 def speedups(tasks: Sequence[str], evals: int, modes: Sequence[str]) -> dict[str, Any]:
     """Evaluate ``tasks`` ``evals`` times per load level of :data:`LOADS` and timing mode, levels interleaved."""
-    configs = {m: EvalConfig(num_trials=2, timing=SPEEDUP_TIMING.replace(reference=m)) for m in modes}
+    configs = {m: EvalConfig(num_trials=2, timing=_mode_timing(m)) for m in modes}
     rows: list[dict[str, Any]] = []
     pools = {m: EvaluatorPool("cpu", c, compile_workers=1, max_in_flight=1) for m, c in configs.items()}
     try:

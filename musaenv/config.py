@@ -101,6 +101,11 @@ class TimingConfig(_Config):
             noise); two catch a cheat that fakes half of the 17 unchecked calls of 20 79 % of the time, four
             98.5 %. With ``reference="every"`` every timed call is checked anyway.
         enabled: When False, correctness only; speedup is ``None``.
+        allocator: The C allocator's settings in both workers (docs/scaling.md, "Load independence"). ``steady``
+            (default): glibc's ``malloc`` keeps freed memory and serves blocks under 32 MiB from its heap
+            (:data:`musaenv.isolation.process.STEADY_MALLOC`), so a call's intermediate tensors reuse pages that
+            are already mapped instead of faulting in fresh zeroed ones on some calls and not on others; a setting
+            of those variables in the user's environment wins. ``system``: glibc's own adaptive defaults.
     """
 
     warmup: int = 3
@@ -113,6 +118,7 @@ class TimingConfig(_Config):
     cpu_threads: int = 1
     probes: int = 4
     enabled: bool = True
+    allocator: str = "steady"
 
     def __post_init__(self) -> None:
         n = type(self).__name__
@@ -133,6 +139,7 @@ class TimingConfig(_Config):
         _require(self.reference in modes, n, "reference paired/dedicated_host/every", self.reference, "")
         _require(self.cpu_threads >= 1, n, "cpu_threads >= 1", self.cpu_threads, "Use 1 for single-core timing.")
         _require(self.probes >= 0, n, "probes >= 0", self.probes, "Use 0 to check only the rechecked calls.")
+        _require(self.allocator in ("steady", "system"), n, "allocator steady/system", self.allocator, "")
 
 
 @dataclass(frozen=True)

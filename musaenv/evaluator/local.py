@@ -32,7 +32,7 @@ from musaenv.evaluator.verdict import judge
 from musaenv.isolation import forkserver
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.messages import CandidateRequest
-from musaenv.isolation.process import WorkerProcess
+from musaenv.isolation.process import WorkerProcess, allocator_env
 from musaenv.isolation.process import worker_env as process_env
 from musaenv.tasks.external import check_memory
 from musaenv.tasks.parsing import extract_candidate
@@ -97,7 +97,8 @@ class LocalEvaluator:
         self.config = config or EvalConfig()
         self.tier = self.backend.tier if self.config.tier == "auto" else self.config.tier
         threads = self.config.timing.cpu_threads
-        device_env = dict(worker_env or {})  # device pins: the reference worker gets them too
+        # device pins and the allocator's settings: the reference worker gets them too
+        device_env = {**allocator_env(self.config.timing.allocator), **(worker_env or {})}
         # Triton without a GPU runs kernels in its interpreter, which must be chosen before triton is imported.
         interpret = get_backend(self.backend.name).cpu_interpreter and self.backend.device == "cpu"
         self._interpreted = interpret

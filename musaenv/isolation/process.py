@@ -20,9 +20,28 @@ from musaenv.isolation.forkserver import ForkServer, ForkServerError
 from musaenv.isolation.messages import read_hello
 from musaenv.isolation.proctree import kill_tree, start_time
 
-__all__ = ["WorkerProcess", "worker_env"]
+__all__ = ["STEADY_MALLOC", "WorkerProcess", "allocator_env", "worker_env"]
 
 log = logging.getLogger(__name__)
+
+
+#: glibc malloc settings that keep a worker's calls on the same pages (``TimingConfig.allocator="steady"``). By
+#: default glibc moves its mmap threshold as blocks are freed and trims its heap, so a multi-op reference's 4-16 MB
+#: intermediates are fresh mappings (page faults, zeroing: CPU time in the call) on some calls and reused heap on
+#: others; measured on the fused chain of benchmarks/fused/, per-evaluation speedup intervals 0.27-1.12 wide
+#: against 0.22-0.45 with these (docs/scaling.md). Blocks of 32 MiB and more are still mapped and returned.
+STEADY_MALLOC = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+    "MALLOC_TOP_PAD_": str(64 << 20),
+}
+
+
+def allocator_env(allocator: str) -> dict[str, str]:
+    """The environment variables of ``allocator`` (``steady`` or ``system``) that the user has not set."""
+    if allocator != "steady":
+        return {}
+    return {k: v for k, v in STEADY_MALLOC.items() if k not in os.environ}
 
 
 def worker_env(cpu_threads: int, extra_env: dict[str, str] | None = None) -> dict[str, str]:
