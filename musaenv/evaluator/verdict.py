@@ -17,6 +17,7 @@ from musaenv.evaluator.reference import RefOutputs
 from musaenv.timing.paired import PairedSamples, outside_work, paired_evidence, sample_mismatch
 from musaenv.types import EvalResult, Stage, TimingStats, build_tier_of
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
+from musaenv.verification.rules import by_layer, message
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
 __all__ = [
@@ -30,20 +31,9 @@ __all__ = [
     "timed_outputs_agree",
 ]
 
-# Flags the worker raises on outputs and inputs, with the sentence the policy reads.
-WORKER_FLAGS = {
-    "output_not_tensor": "the output is not a plain torch.Tensor (subclass or other object) (HACKS T3)",
-    "output_not_dense": "the output is not a dense strided tensor",
-    "output_aliases_input": "the output shares memory with an input; return a new tensor",
-    "input_mutation": "forward modified its input tensors",
-    "timed_output_mismatch": "outputs produced while timing differ from the reference (caching or replay?)",
-    "cpu_overuse": "while timed, the worker used more CPU cores than the reference's budget (measured from outside "
-    "its process: threads that run only during timing?)",
-    "timing_forged": "the timed calls the candidate's process reported are far shorter than the parent's own clock "
-    "saw around them (a rewritten clock or samples)",
-    "timing_work_outside": "between its timed calls the candidate's process used more CPU than the reference's "
-    "by more than a whole call (work moved before the clock starts)",
-}
+# Flags the worker raises on outputs and inputs, and the timing checks', with the sentence the policy reads: a view
+# of the rule table (musaenv.verification.rules).
+WORKER_FLAGS = {r.name: r.message for r in by_layer("worker", "timing")}
 
 
 def _cpu_overuse(run: CandidateRun, device: str | None) -> bool:
@@ -53,8 +43,8 @@ def _cpu_overuse(run: CandidateRun, device: str | None) -> bool:
 
 # Worker failures that say nothing about the candidate: an ``infra_error`` with this flag and sentence.
 NOT_CANDIDATE_FAILURES = {
-    "not_built": ("not_built", "compile-only: the candidate built no extension, so nothing was compiled or checked"),
-    "input_error": ("task_inputs", "the task's reference program failed to draw its inputs (a problem of the task)"),
+    "not_built": ("not_built", message("not_built")),
+    "input_error": ("task_inputs", message("task_inputs")),
 }
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import re
 
+from musaenv.verification.rules import CONTRACT, LIBRARY, by_layer, severity
+
 __all__ = [
     "ALLOWED_IMPORTS",
     "ATEN_COMPUTE_NAMES",
@@ -54,18 +56,16 @@ def _words(text: str) -> frozenset[str]:
 # --- policies --------------------------------------------------------------------------------------------------
 
 #: Flags whose severity depends on the policy: strict -> error, kernelbench and permissive -> warning, off -> not
-#: reported.
-POLICY_FLAGS = frozenset({"forbidden_torch_op", "library_compute", "vendor_library"})
-#: Flags that are errors under strict and permissive, and not checked under off.
-KERNEL_CONTRACT_FLAGS = frozenset({"no_custom_kernel", "try_except_fallback", "reference_model"})
+#: reported (views of :data:`musaenv.verification.rules.RULES`).
+POLICY_FLAGS = frozenset(r.name for r in by_layer("static", "binary") if r.severity == LIBRARY)
+#: Flags that are errors under strict, kernelbench and permissive, and not checked under off.
+KERNEL_CONTRACT_FLAGS = frozenset(r.name for r in by_layer("static", "binary") if r.severity == CONTRACT)
 
 
 def policy_severity(flag: str, policy: str) -> str | None:
-    """Severity of ``flag`` under ``policy``; ``None`` means "do not report"."""
-    if flag in POLICY_FLAGS:
-        return {"strict": "error", "kernelbench": "warning", "permissive": "warning"}.get(policy)
-    if flag in KERNEL_CONTRACT_FLAGS:
-        return None if policy == "off" else "error"
+    """Severity of ``flag`` under ``policy`` (the rule table's); ``None`` means "do not report"."""
+    if flag in POLICY_FLAGS or flag in KERNEL_CONTRACT_FLAGS:
+        return severity(flag, policy)
     return "error"
 
 

@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from musaenv.verification.rules import policies_where
+
 __all__ = [
     "ALLOWED_ATEN_OPS",
     "FLOOR_POLICIES",
@@ -74,10 +76,10 @@ KERNEL_COVERAGE_FLOOR = 0.8
 #: Policies under which the floor decides. ``strict`` refuses any torch compute already; ``permissive`` only reports
 #: the coverage, so that a solution keeping a vendor op that dominates the time (a cuDNN convolution before a fused
 #: epilogue kernel, which KernelBench accepts) can still be measured under some policy.
-FLOOR_POLICIES = ("kernelbench",)
+FLOOR_POLICIES = policies_where("low_kernel_coverage", "error")  # the rule table: ("kernelbench",)
 #: Policies under which an output that a torch op computed from forward's inputs is refused
 #: (``torch_computed_output``); ``permissive`` reports it, ``off`` does not look.
-PROVENANCE_POLICIES = ("strict", "kernelbench")
+PROVENANCE_POLICIES = policies_where("torch_computed_output", "error")  # ("strict", "kernelbench")
 
 
 def is_allowed_aten_op(name: str) -> bool:

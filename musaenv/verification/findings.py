@@ -12,6 +12,7 @@ from typing import Any
 
 from musaenv.backends import REGISTRY
 from musaenv.config import POLICIES
+from musaenv.verification.rules import by_layer
 
 __all__ = ["BACKENDS", "ERROR", "FLAG_DESCRIPTIONS", "POLICIES", "WARNING", "Finding", "StaticReport", "describe"]
 
@@ -19,45 +20,10 @@ ERROR = "error"
 WARNING = "warning"
 BACKENDS = tuple(REGISTRY)
 
-#: Every flag the static checks emit, with what it means (HACKS.md numbers in brackets).
+#: Every flag the static checks and the built module's imports emit, with what it means (HACKS.md classes in
+#: brackets): a view of :data:`musaenv.verification.rules.RULES`.
 FLAG_DESCRIPTIONS: dict[str, str] = {
-    "syntax_error": "the candidate is not valid Python",
-    "missing_model_new": "no class ModelNew is defined",
-    "forbidden_torch_op": "torch/aten compute reachable from ModelNew.forward [S1, S4]",
-    "no_custom_kernel": "forward never reaches a custom kernel [S1, S3]",
-    "try_except_fallback": "an exception handler falls back to torch [S2]",
-    "reference_model": "the reference Model is used, subclassed or patched [S1]",
-    "library_compute": "ATen/torch compute inside the C++/CUDA source [S5]",
-    "vendor_library": "cuBLAS/cuDNN/muBLAS/muDNN/CUTLASS/Thrust/MKL-style library compute [S5]",
-    "unresolved_source": "an extension source that cannot be read statically [S23]",
-    "computed_include": "an #include whose header is computed by a macro [S23]",
-    "dynamic_code": "exec/eval/importlib/ctypes/pickle/base64 or dynamic attribute access [S23]",
-    "process_or_thread": "threads, processes or signals from Python [T2]",
-    "thread_or_process": "threads or processes from C++ [T2]",
-    "memory_or_signal": "page protections, memory mappings or signal handlers from C++ (a built module's imports)",
-    "network": "network access [S14]",
-    "monkeypatch": "patching torch, the harness or any imported module [S20, T4]",
-    "profiler_tampering": "switching off the recording of ATen calls that the runtime checks rely on [S20]",
-    "introspection": "frames, globals, gc, inspect, environment or argv [S21, S22]",
-    "file_access": "reading or writing files [S14]",
-    "harness_access": "importing the evaluation harness [S20]",
-    "side_stream": "work on another stream, or timing events [T1, T12]",
-    "graph_replay": "torch.compile, TorchScript, FX or CUDA graph replay [T8]",
-    "global_state": "process-wide RNG, thread, precision or L2 settings [S15, T7, T9]",
-    "private_torch_api": "private torch internals (torch._*)",
-    "tensor_subclass": "tensor subclasses or __torch_function__/__torch_dispatch__ overrides [T3]",
-    "output_cache": "outputs cached across calls (id(), data_ptr(), hash keys, lru_cache) [S11-S13]",
-    "banned_import": "an import outside the allowlist",
-    "inline_asm": "inline assembly (not checked)",
-    "raw_syscall": "a system call instruction in inline assembly [T2, S14]",
-    "python_c_api": "the CPython C API: reaching Python objects (timers, the harness) from C++ [T4, S20]",
-    "preprocessor_unavailable": "the C preprocessor could not expand the source",
-    "macro_redefined": "a macro with several definitions",
-    "unusual_build_flag": "an unexpected linker library",
-    "build_flag_refused": "a compiler or linker flag outside the allow-list (docs/verification.md#build-flags)",
-    "backend_mismatch": "the kernels do not match the requested backend",
-    "too_complex": "the candidate is nested too deeply to analyse",
-    "cuda_runtime_api": "CuPy's CUDA runtime/driver API, devices, memory pools or module loading from Python [T1, S20]",
+    r.name: r.message + (f" [{', '.join(r.hacks)}]" if r.hacks else "") for r in by_layer("static", "binary")
 }
 
 

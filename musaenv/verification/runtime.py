@@ -47,6 +47,7 @@ from musaenv.verification.coverage import (
     kernel_coverage,
     torch_computed,
 )
+from musaenv.verification.rules import by_layer, severity
 
 __all__ = [
     "ALLOWED_ATEN_OPS",
@@ -59,28 +60,9 @@ __all__ = [
     "is_allowed_aten_op",
 ]
 
-#: Every flag this module (and the worker's per-trial checks) can raise, with the sentence the policy reads.
-RUNTIME_FLAGS: dict[str, str] = {
-    "forbidden_aten_op": "aten compute outside the tensor-plumbing allowlist ran during forward (S1-S5)",
-    "low_kernel_coverage": "torch compute ran in forward and the candidate's own kernels took less than the required "
-    "share of the compute time (S4)",
-    "torch_computed_output": "forward's output is what a torch op computed from forward's inputs; the candidate's "
-    "kernels only passed it on (S4)",
-    "no_kernel_call": "a call of forward did not run the candidate's compiled kernel (S1-S3)",
-    "output_not_from_kernel": "the output did not change when the last kernel's result was overwritten (S3 decoy)",
-    "output_independent_of_input": "the output did not follow the input where the reference did (S6, S7)",
-    "nondeterministic": "a repeat of the same input after poisoning freed memory failed the reference (S8, S9)",
-    "nondeterministic_bits": "a repeat of the same input gave different bits, within tolerance",
-    "stale_output": "new values written into the same input tensors gave the old values' answer (S11 cache by address, "
-    "S9 unwritten output)",
-    "thread_started": "forward started threads (T2) or more threads than the configured intra-op pool",
-    "global_state_changed": "threads, precision or default settings were changed (T9, S17)",
-    "timer_tampering": "the timing clock or its helpers were replaced (T4)",
-    "harness_tampering": "functions of the evaluation harness were replaced (S20)",
-    "profile_unavailable": "the profiler could not observe forward",
-    "suspicious_speedup": "the speedup exceeds the configured ceiling; it was re-measured",
-    "timing_inconsistent": "a second timing with an untouchable clock was much slower than the first",
-}
+#: Every flag this module (and the worker's per-trial checks) can raise, with the sentence the policy reads: a view
+#: of :data:`musaenv.verification.rules.RULES`.
+RUNTIME_FLAGS: dict[str, str] = {r.name: r.message for r in by_layer("runtime")}
 
 # Output-dependence thresholds: a correct kernel's trial-to-trial change matches the reference's to ~1e-6 relative
 # (fp32 rounding); a constant or input-free output misses it by ~100 %. 0.5 leaves a wide margin both ways.
@@ -160,7 +142,8 @@ def _profile_findings(profile: Mapping[str, Any], policy: str, out: RuntimeFindi
     out.extra["hidden_ops"] = hidden
     if bad or hidden:
         names = ", ".join([*out.extra["forbidden_ops"][:8], *(f"{n} (hidden from the profiler)" for n in hidden[:4])])
-        out.add("forbidden_aten_op", f"{names} (kernel coverage {_percent(cov.ratio)})", error=policy == "strict")
+        error = severity("forbidden_aten_op", policy) == "error"
+        out.add("forbidden_aten_op", f"{names} (kernel coverage {_percent(cov.ratio)})", error=error)
     if policy not in FLOOR_POLICIES:
         return  # strict refuses every forbidden op already; permissive reports the coverage
     if hidden:  # never honest, and on a device its time is not measured at all
@@ -236,14 +219,20 @@ def input_dependence_failures(
 
 
 def _repeat_findings(
-    repeat: Sequence[np.ndarray], first: Sequence[np.ndarray], ref: Sequence[np.ndarray], tol: tuple[float, float]
-) -> tuple[str, str] | None:
+    repeat: Sequence[np.ndarray],
+    first: Sequence[np.ndarray],
+    ref: Sequence[np.ndarray],
+    tol: tuple[float, float],
+    out: RuntimeFindings,
+) -> None:
     if _bits_equal(repeat, first):
-        return None
+        return
     cmp = compare_outputs(list(repeat), list(ref), tol[0], tol[1])
     if not cmp.passed:
-        return "nondeterministic", f"trial 1 repeated after poisoning freed memory: {cmp.reason}"
-    return "nondeterministic_bits", f"trial 1 repeated: max abs error {cmp.max_abs_error:.3g} (within tolerance)"
+        out.add("nondeterministic", f"trial 1 repeated after poisoning freed memory: {cmp.reason}")
+    else:
+        msg = f"trial 1 repeated: max abs error {cmp.max_abs_error:.3g} (within tolerance)"
+        out.add("nondeterministic_bits", msg, error=False)
 
 
 def _state_findings(msg: Mapping[str, Any], out: RuntimeFindings, where: str) -> None:
@@ -257,9 +246,10 @@ def _state_findings(msg: Mapping[str, Any], out: RuntimeFindings, where: str) ->
     if msg.get("global_state"):
         out.add("global_state_changed", ", ".join(map(str, msg["global_state"])) + f" ({where})")
     tampered = msg.get("tampered") or {}
-    for kind in ("timer", "harness"):
-        if tampered.get(kind):
-            out.add(f"{kind}_tampering", "replaced: " + ", ".join(map(str, tampered[kind][:6])))
+    if tampered.get("timer"):
+        out.add("timer_tampering", "replaced: " + ", ".join(map(str, tampered["timer"][:6])))
+    if tampered.get("harness"):
+        out.add("harness_tampering", "replaced: " + ", ".join(map(str, tampered["harness"][:6])))
 
 
 def _trial_findings(
@@ -283,9 +273,7 @@ def _trial_findings(
     n_rep, n_pert = int(msg.get("repeat_outputs", 0)), int(msg.get("perturb_outputs", 0))
     first_ok = bool(passed) and passed[0] and bool(cand) and bool(ref)
     if n_rep and first_ok:
-        found = _repeat_findings(arrays[:n_rep], cand[0], ref[0], tol)
-        if found:
-            out.add(found[0], found[1], error=found[0] == "nondeterministic")
+        _repeat_findings(arrays[:n_rep], cand[0], ref[0], tol, out)
     if n_pert and first_ok and _bits_equal(arrays[n_rep : n_rep + n_pert], cand[0]):
         out.add("output_not_from_kernel", "trial 1 gave the same bits with the last kernel call's result overwritten")
     out.extra["perturb"] = msg.get("perturb_note", "")
