@@ -151,7 +151,11 @@ def _with_checkout_level(task: Task, checkout: Path | None) -> Task:
     if checkout is None or not task.path:
         return task
     levels = _checkout_levels(checkout)
-    level = levels.get(hashlib.sha256(task.source.encode()).hexdigest())
+    try:  # the file as written: a derived task's source may have its get_inputs literals lifted into names
+        text = Path(task.path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = task.source
+    level = levels.get(hashlib.sha256(text.encode()).hexdigest())
     return task if level is None or level == task.level else replace(task, level=level)
 
 

@@ -150,6 +150,7 @@ class StageClock:
     _stopped_s: float = 0.0
     _sampled: float = 0.0
     _base_nice: int = 0
+    _last: dict[str, float] | None = None  # the last reading while the worker was alive
 
     def __post_init__(self) -> None:
         # Workers inherit the parent's nice value (no layer changes it): a thread above it lowered its own priority.
@@ -164,6 +165,7 @@ class StageClock:
         self._delay0 = _thread_delays(self.pid)
         self._excluded_s = 0.0
         self._stopped_s, self._sampled = 0.0, self._t0
+        self._last = None
 
     def exclude(self, seconds: float) -> None:
         """Seconds the worker waited on the parent (its builds): not the candidate's time."""
@@ -174,7 +176,10 @@ class StageClock:
         """Wall, CPU and own seconds of the stage so far (JSON-safe).
 
         Stopped time is sampled: each call found the worker stopped adds the time since the previous call (the
-        callers poll every fraction of a second)."""
+        callers poll every fraction of a second). Once the worker is gone (killed at its limit, then described),
+        the last reading taken while it lived is returned: its CPU and run-queue waits can no longer be read."""
+        if self._last is not None and tree_cpu_seconds(self.pid) is None:
+            return dict(self._last)
         t = time.monotonic()
         if is_stopped(self.pid):
             self._stopped_s += t - self._sampled
@@ -184,7 +189,10 @@ class StageClock:
         now = _thread_delays(self.pid, self._base_nice)  # a thread that demoted itself waits by its own choice
         waited = max((d - self._delay0.get(tid, 0.0) for tid, d in now.items()), default=0.0)
         waited += 0.0 if self.stops_are_own else self._stopped_s
-        return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "own_s": round(max(0.0, wall - waited), 3)}
+        reading = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "own_s": round(max(0.0, wall - waited), 3)}
+        if tree_cpu_seconds(self.pid) is not None:  # still alive after the reads: a reading of the living worker
+            self._last = reading
+        return dict(reading)
 
     def over(self) -> str | None:
         """``"cpu"`` or ``"own"`` when the candidate used up the limit, ``"backstop"`` when only the wall-clock

@@ -2,7 +2,10 @@
 
 Rules (docs/tasks.md has the measured numbers behind the defaults):
 
-* **Variables** are the module-level integer constants of at least 2 (:mod:`musaenv.tasks.constants`). Those of
+* **Variables** are the module-level integer constants of at least 2 (:mod:`musaenv.tasks.constants`), and the
+  size literals of ``get_inputs`` (``torch.rand(batch_size, 3, 224, 224)``'s 224) that :mod:`musaenv.tasks.lift`
+  lifts into module-level names first, when the reference accepts them changed (the shapes are then for the
+  rewritten program, :attr:`Derivation.source`). Those of
   at least :data:`LARGE` are *sizes* that scaling shrinks; smaller ones (kernel sizes, strides, heads, small
   channel counts) keep their values when scaling (unless validation shows them to be extents of the inputs,
   like a batch of 10) and are only nudged to an odd neighbour for the odd shape.
@@ -39,6 +42,7 @@ import time
 from typing import Any
 
 from musaenv.tasks.constants import Constants, Slot, read_constants
+from musaenv.tasks.lift import lift_checked
 from musaenv.tasks.probe import ProbeClient
 from musaenv.tasks.shape_rules import (
     LARGE,
@@ -430,19 +434,27 @@ class _Deriver:
         return self.result
 
 
-def derive_shapes(source: str, config: ShapeConfig | None = None, client: ProbeClient | None = None) -> Derivation:
+def derive_shapes(
+    source: str, config: ShapeConfig | None = None, client: ProbeClient | None = None, lift: bool = True
+) -> Derivation:
     """Derive the tiers of one KernelBench-format program (runs it in a probe worker; see the module docstring).
 
     Args:
         source: The program (valid Python with Model, get_inputs, get_init_inputs).
         config: Budgets; defaults to :class:`ShapeConfig`.
         client: A probe worker to reuse across files (one is started and stopped here otherwise).
+        lift: First lift the size literals of ``get_inputs`` into module-level names (:mod:`musaenv.tasks.lift`);
+            the shapes are then for :attr:`Derivation.source`, the rewritten program.
     """
     cfg = config or ShapeConfig()
     own = client is None
     probe = client or ProbeClient(cfg.probe_memory_mb)
     try:
-        return _Deriver(source, cfg, probe).run()
+        lifted, notes = lift_checked(source, cfg, probe) if lift else (source, [])
+        result = _Deriver(lifted, cfg, probe).run()
+        result.notes[:0] = notes
+        result.source = lifted if lifted != source else None
+        return result
     finally:
         if own:
             probe.close()

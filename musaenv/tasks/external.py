@@ -32,7 +32,7 @@ __all__ = ["DERIVE_VERSION", "check_memory", "derive_task", "listing", "load_ext
 
 log = logging.getLogger(__name__)
 
-DERIVE_VERSION = 3  # bump when derivation rules change: cached derivations of older rules are not reused
+DERIVE_VERSION = 4  # bump when derivation rules change: cached derivations of older rules are not reused
 
 
 def _cache_key(source: str, config: ShapeConfig) -> str:
@@ -87,6 +87,8 @@ def derivation_for(source: str, config: ShapeConfig | None = None, client: Probe
 
 
 def _apply(task: Task, d: Derivation) -> Task:
+    if d.source is not None:  # its get_inputs literals lifted into names: the program the shapes set
+        task = replace(task, source=d.source)
     consts = read_constants(task.source)
     shapes = {tier: tuple(consts.normalise(s) for s in ss) for tier, ss in d.shapes.items() if ss}
     footprint = {

@@ -98,6 +98,8 @@ class Derivation:
         warnings: Flags (``single_shape``, ``no_cpu_tier``, ``not_derived``).
         notes: Why, in sentences.
         seconds: Wall time of the derivation.
+        source: The program the shapes are for when derivation rewrote it (size literals of ``get_inputs``
+            lifted into module-level names, :mod:`musaenv.tasks.lift`); ``None``: the file as given.
     """
 
     shapes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -105,15 +107,16 @@ class Derivation:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (what the cache stores)."""
-        return {k: getattr(self, k) for k in ("shapes", "info", "warnings", "notes", "seconds")}
+        return {k: getattr(self, k) for k in ("shapes", "info", "warnings", "notes", "seconds", "source")}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Derivation:
         """Inverse of :meth:`to_dict`."""
-        return cls(**{k: d[k] for k in ("shapes", "info", "warnings", "notes", "seconds")})
+        return cls(**{k: d[k] for k in ("shapes", "info", "warnings", "notes", "seconds")}, source=d.get("source"))
 
 
 def signature(reply: dict[str, Any]) -> str:

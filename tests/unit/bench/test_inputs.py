@@ -121,3 +121,17 @@ def test_levels_come_from_the_nearest_level_folder_or_the_checkout(tmp_path: Pat
     f = _jsonl(tmp_path / "gen.jsonl", [{"task": str(nested / "7.py")}, {"task": str(flat / "scale_relu.py")}])
     assert [s.task.level for s in load_generations(f)] == [2, 1]  # outside any level folder: 1
     assert [s.task.level for s in load_generations(f, KB_MINI)] == [2, 2]  # the checkout's problem: level 2
+
+
+def test_a_checkout_level_is_found_for_a_problem_whose_sizes_derivation_lifts(tmp_path: Path) -> None:
+    # derivation rewrites torch.randn(batch_size, 1024) to read a module-level name (musaenv.tasks.lift): the
+    # checkout's file is still found by the text the copy has on disk, not by the task's rewritten source
+    checkout = tmp_path / "kb"
+    (checkout / "level2").mkdir(parents=True)
+    text = (
+        (KB_MINI / "level2" / "7_Small_Scale_ReLU.py").read_text().replace("randn(batch_size, dim)", "randn(8, 1024)")
+    )
+    (checkout / "level2" / "7_Small_Scale_ReLU.py").write_text(text)
+    (tmp_path / "scale_relu.py").write_text(text)
+    [sample] = load_generations(_jsonl(tmp_path / "gen.jsonl", [{"task": str(tmp_path / "scale_relu.py")}]), checkout)
+    assert "dim_1" in sample.task.source and sample.task.level == 2

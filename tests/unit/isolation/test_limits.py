@@ -178,3 +178,20 @@ def test_build_past_the_backstop_is_infra_error_and_not_cached(tmp_path: Path, m
     assert "backstop" in out.log and "not the candidate" in out.log
     assert not (tmp_path / spec.name / "failed.json").exists()  # never cached as the candidate's compile error
     assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_a_worker_killed_at_its_limit_is_described_by_what_it_used() -> None:
+    """The evaluator kills a worker at its limit, then writes the message: the numbers must be the living worker's
+    (a dead one reads CPU 0 and its whole wall time as its own, what GPT-5 50's timeout said before)."""
+    proc = _popen(BUSY)
+    try:
+        clock = StageClock(proc.pid, limit_s=0.5)
+        while clock.over() is None:
+            time.sleep(0.05)
+        alive = clock.usage()
+    finally:
+        proc.kill()
+        proc.wait()
+    time.sleep(0.3)
+    assert alive["cpu_s"] > 0.4 and clock.usage() == alive
+    assert f"CPU {alive['cpu_s']:.1f} s" in clock.describe("trials", "cpu")
