@@ -31,7 +31,8 @@ _DEVICE_LIMIT_S = 120  # a device unit is about a second of nvcc; this only boun
 
 def device_fails(kw: dict[str, Any]) -> bool | None:
     """Does nvcc fail on the split's device unit of ``kw`` (the split's own device step, compile-only flags)?
-    ``None`` when there is no toolkit or no split."""
+    ``None`` when there is no toolkit or no split, or nvcc cannot open a header (one this machine lacks, such as
+    ``cublas_v2.h``: no check here can judge that generation, musaenv calls it an infrastructure error)."""
     cuda_home = _env.cuda_home()
     spec = BuildSpec.from_load_inline({**kw, "name": "corpus"}, "cuda", compile_only=True).to_dict()
     split = split_cuda("\n".join(spec["cuda_sources"]), _CUDA_PRELUDE)
@@ -44,6 +45,8 @@ def device_fails(kw: dict[str, Any]) -> bool | None:
             proc = subprocess.run(step.command, cwd=tmp, capture_output=True, timeout=_DEVICE_LIMIT_S)
         except subprocess.TimeoutExpired:
             return None
+    if b"cannot open source file" in proc.stdout + proc.stderr:
+        return None
     return proc.returncode != 0
 
 
@@ -62,7 +65,7 @@ def pick(ok: list[Classified], bad: list[Classified], n: int) -> tuple[list[Clas
 
 def _musaenv(kw: dict[str, Any], root: Path) -> dict[str, Any]:
     res = _run(_MUSAENV, [json.dumps(kw), str(root), "fast"], dict(os.environ))
-    res.pop("log", None)
+    res["log"] = str(res.get("log", ""))[-300:]
     return res
 
 
@@ -86,15 +89,21 @@ def time_one(c: Classified, tag: str, work: Path) -> dict[str, Any]:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians per stratum and the ratios the issue asks for (``load_inline`` / musaenv; errors / successes)."""
 
+    judged = [r for r in rows if not r["musaenv_first"].get("infra")]  # a harness or machine failure is no verdict
+
     def med(group: str, run: str, key: str) -> float | None:
-        return medians([r[run].get(key) for r in rows if r["stratum"] == group])
+        return medians([r[run].get(key) for r in judged if r["stratum"] == group])
 
     out: dict[str, Any] = {}
     for g in ("success", "kernel_error"):
         out[g] = {f"{run}_{k}": med(g, run, k) for run in ("load_inline_first", "load_inline_cached", "musaenv_first",
                   "musaenv_cached") for k in ("cpu_s", "process_wall_s")}  # fmt: skip
-        out[g]["n"] = sum(r["stratum"] == g for r in rows)
-    per_gen = [ratio(r["load_inline_first"]["cpu_s"], r["musaenv_first"]["cpu_s"]) for r in rows]
+        out[g]["n"] = sum(r["stratum"] == g for r in judged)
+        out[g]["infra_error"] = sum(r["stratum"] == g for r in rows) - out[g]["n"]
+        out[g]["split_tier"] = sum(r["stratum"] == g and r["musaenv_first"].get("tier") == "cuda_split" for r in judged)
+    per_gen = [
+        ratio(r["load_inline_first"]["cpu_s"], r["musaenv_first"]["cpu_s"]) for r in judged if r["stratum"] == "success"
+    ]
     s, e = out["success"], out["kernel_error"]
     out["ratios"] = {
         "first_cpu_median_of_ratios": medians(per_gen),

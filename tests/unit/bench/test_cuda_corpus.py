@@ -122,3 +122,25 @@ def test_strata_are_seeded_and_hold_only_their_kind(tmp_path: Path) -> None:
 )
 def test_why_a_source_is_not_split(source: str, reason: str) -> None:
     assert why_unsplittable(source) == reason
+
+
+def _timed(stratum: str, plain_cpu: float, ours_cpu: float, cached_cpu: float, infra: bool = False) -> dict:
+    def run(cpu: float, **extra: object) -> dict:
+        return {"cpu_s": cpu, "process_wall_s": cpu * 2, **extra}
+
+    ours = run(ours_cpu, tier="cuda_split", infra=infra)
+    return {"stratum": stratum, "load_inline_first": run(plain_cpu), "load_inline_cached": run(1.0),
+            "musaenv_first": ours, "musaenv_cached": run(cached_cpu)}  # fmt: skip
+
+
+def test_summary_takes_medians_per_stratum_and_leaves_infrastructure_errors_out() -> None:
+    from benchmarks.cuda_corpus_time import summarize
+
+    rows = [_timed("success", 80.0, 8.0, 0.5), _timed("success", 60.0, 6.0, 0.5), _timed("success", 70.0, 20.0, 0.5)]
+    rows += [_timed("kernel_error", 50.0, 4.0, 0.2), _timed("kernel_error", 40.0, 100.0, 90.0, infra=True)]
+    got = summarize(rows)
+    assert got["success"]["musaenv_first_cpu_s"] == 8.0 and got["success"]["load_inline_first_cpu_s"] == 70.0
+    assert (got["kernel_error"]["n"], got["kernel_error"]["infra_error"]) == (1, 1)
+    assert got["ratios"]["first_cpu_success"] == pytest.approx(70 / 8, abs=0.01)
+    assert got["ratios"]["first_cpu_median_of_ratios"] == 10.0  # of 10x, 10x and 3.5x
+    assert got["ratios"]["error_over_success_cpu"] == 0.5 and got["ratios"]["cached_cpu_vs_load_inline_first"] == 140.0
