@@ -75,6 +75,10 @@ class RecoveredBuild:
         include_paths: ``extra_include_paths`` entries.
         build_directory: True when a ``build_directory`` other than ``None`` was passed.
         unresolved: Names of the arguments that could not be recovered.
+        functions: The ``functions=`` names to bind (first recovered value), ``None`` when not given or not
+            recoverable (a dict of docstrings, a computed list): not a finding, the call still names its sources.
+        flags_by_keyword: The flags of each flag keyword apart (``extra_cflags``, ``extra_cuda_cflags``, ...), as a
+            build request needs them (``cflags`` holds them all).
     """
 
     line: int
@@ -84,6 +88,8 @@ class RecoveredBuild:
     include_paths: list[str] = field(default_factory=list)
     build_directory: bool = False
     unresolved: list[str] = field(default_factory=list)
+    functions: list[str] | None = None
+    flags_by_keyword: dict[str, list[str]] = field(default_factory=dict)
 
 
 class _Evaluator:
@@ -269,6 +275,9 @@ def _literal_node(node: ast.AST, ev: _Evaluator) -> ast.AST:
 def _build_spec(source: str, call: ast.Call, ev: _Evaluator) -> RecoveredBuild:
     spec = RecoveredBuild(line=call.lineno)
     for name, node in _args_of(call, ev, spec).items():
+        if name == "functions":
+            spec.functions = _names_value(node, ev)
+            continue
         kind = _SOURCE_KWS.get(name, "cpp" if name.startswith("positional") else None)
         is_flags = name in _FLAG_KWS or name in ("extra_include_paths", "build_directory")
         if kind is None and not is_flags:
@@ -291,7 +300,18 @@ def _build_spec(source: str, call: ast.Call, ev: _Evaluator) -> RecoveredBuild:
                 items = [v] if isinstance(v, str) else list(v) if isinstance(v, tuple) else [str(v)]
                 target = {"extra_ldflags": spec.ldflags, "extra_include_paths": spec.include_paths}
                 target.get(name, spec.cflags).extend(items)
+                spec.flags_by_keyword.setdefault(name, []).extend(items)
     return spec
+
+
+def _names_value(node: ast.AST, ev: _Evaluator) -> list[str] | None:
+    """The first recovered value of a ``functions=`` argument as a list of names, ``None`` when unknown."""
+    try:
+        values = ev.eval(node)
+    except _Unresolved:
+        return None
+    first = values[0] if values else None
+    return [first] if isinstance(first, str) else list(first) if isinstance(first, tuple) else None
 
 
 def find_builds(source: str, sym: Symbols) -> list[RecoveredBuild]:

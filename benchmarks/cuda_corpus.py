@@ -1,0 +1,291 @@
+"""How do real CUDA generations fare? The fast tier's share of a corpus, and a sample timed against ``load_inline``.
+
+A corpus is a folder of generated KernelBench answers (``*.py``, one ``load_inline`` program each), read from a
+directory or from a fetched repository's git dir at a commit (``--git-dir DIR --rev REV``, ``corpus`` is then the
+path inside it); nothing of it is committed. Upstream compile labels come from any ``eval_results.json`` in it
+(KernelBench's records: ``solution_id`` and ``compiled``), matched to ``<solution_id>.py`` or
+``<solution_id>_kernel.py``. Nothing of a generation is executed or imported: its ``load_inline`` call is read by
+musaenv's own parser (:func:`musaenv.verification.static_sources.find_builds`).
+
+1. **Share** (compiles nothing, the whole corpus): which generations the CUDA split takes, the same two checks
+   the build runs (:func:`musaenv.build.cuda_split.split_cuda`, :func:`musaenv.build.cuda_fast.split_unfit`), over
+   all and over those that compiled upstream, with the reasons of the rest counted.
+2. **Sample** (``--sample N``, seeded, stratified): half successes (compiled upstream, one ``load_inline`` call),
+   half kernel errors (failed upstream, taken by the split, and nvcc fails on its device unit: prescreened, about
+   a second each). Each is built compile-only by ``load_inline`` (fresh process, ``TORCH_CUDA_ARCH_LIST=9.0``,
+   as ``benchmarks/cuda_build_speed.py``) and by musaenv's ``build_extension`` (fresh process, empty extension
+   cache, header store warmed per C++ flag set with ``musaenv warmup`` first), each twice: first build, then the
+   same source again (cached). CPU seconds (the process tree's) and wall; medians and ratios.
+
+Usage: ``python benchmarks/cuda_corpus.py runs/NAME --git-dir /path/repo.git --rev 5b02b31 [--sample 8]
+[--seed 0] [--out out/cuda_corpus.json]``. Prints, writes JSON, never asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from musaenv.build.buildspec import BuildSpec
+from musaenv.build.cuda_compile import _CUDA_PRELUDE
+from musaenv.build.cuda_fast import split_unfit
+from musaenv.build.cuda_split import _UNSUPPORTED, _blank, _chunks, _kernel, _place, _rewrite_launches, split_cuda
+from musaenv.verification.static_names import build_symbols
+from musaenv.verification.static_sources import RecoveredBuild, find_builds
+
+LABELS_FILE = "eval_results.json"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generated answer and its upstream label (``None``: the corpus has none)."""
+
+    name: str
+    text: str
+    compiled: bool | None = None
+
+
+@dataclass
+class Classified:
+    """What musaenv makes of one generation without compiling it.
+
+    Attributes:
+        calls: ``load_inline`` calls found.
+        kwargs: The recovered keyword arguments of each call (``None`` when a call could not be recovered).
+        fast: True when the CUDA split takes every call.
+        reason: Why not (the first call that the split does not take), ``None`` when it does.
+    """
+
+    name: str
+    compiled: bool | None
+    calls: int = 0
+    kwargs: list[dict[str, Any]] = field(default_factory=list)
+    fast: bool = False
+    reason: str | None = None
+
+
+# --- reading a corpus ---------------------------------------------------------------------------------------------
+
+
+def _label_table(text: str) -> dict[str, bool]:
+    data = json.loads(text)
+    rows = data.values() if isinstance(data, dict) else data
+    return {str(r["solution_id"]): bool(r["compiled"]) for r in rows if isinstance(r, dict) and "compiled" in r}
+
+
+def generations_from_files(files: dict[str, str]) -> list[Generation]:
+    """Generations of a corpus given as ``path -> text``: every ``.py`` file, labelled from ``eval_results.json``."""
+    labels: dict[str, bool] = {}
+    for path, text in files.items():
+        if Path(path).name == LABELS_FILE:
+            labels |= _label_table(text)
+    out = []
+    for path in sorted(p for p in files if p.endswith(".py")):
+        stem = Path(path).stem
+        name = stem[: -len("_kernel")] if stem.endswith("_kernel") and stem not in labels else stem
+        out.append(Generation(name, files[path], labels.get(name)))
+    return out
+
+
+def read_directory(root: Path) -> dict[str, str]:
+    """The ``.py`` and label files under ``root``."""
+    paths = [p for p in root.rglob("*") if p.is_file() and (p.suffix == ".py" or p.name == LABELS_FILE)]
+    return {str(p.relative_to(root)): p.read_text(errors="replace") for p in paths}
+
+
+def read_git(git_dir: Path, rev: str, sub: str) -> dict[str, str]:
+    """The ``.py`` and label files under ``sub`` at ``rev`` of a git dir (no work tree needed)."""
+    names = subprocess.run(["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", rev, "--", sub],
+                           capture_output=True, text=True, check=True).stdout.split("\n")  # fmt: skip
+    wanted = [n for n in names if n.endswith(".py") or Path(n).name == LABELS_FILE]
+    batch = "".join(f"{rev}:{n}\n" for n in wanted).encode()
+    raw = subprocess.run(["git", "--git-dir", str(git_dir), "cat-file", "--batch"], input=batch,
+                         capture_output=True, check=True).stdout  # fmt: skip
+    out, pos = {}, 0
+    for n in wanted:
+        head_end = raw.index(b"\n", pos)
+        size = int(raw[pos:head_end].split()[2])
+        out[n] = raw[head_end + 1 : head_end + 1 + size].decode(errors="replace")
+        pos = head_end + 1 + size + 1
+    return out
+
+
+# --- the fast tier's share (no compiler) --------------------------------------------------------------------------
+
+
+def _kwargs_of(build: RecoveredBuild) -> dict[str, Any] | str:
+    """``load_inline``'s keyword arguments as recovered, or why they cannot be."""
+    if build.unresolved:
+        return f"arguments not recoverable ({', '.join(sorted(set(build.unresolved)))})"
+    kinds: dict[str, list[str]] = {}
+    for s in build.sources:
+        kinds.setdefault(s.kind, []).append(s.text)
+    if any(len(texts) > 1 for texts in kinds.values()):
+        return "sources with several values (branch-dependent)"
+    if "cuda" not in kinds:
+        return "no cuda_sources"
+    kw: dict[str, Any] = {"cpp_sources": kinds.get("cpp", []), "cuda_sources": kinds["cuda"]}
+    kw |= {k: list(v) for k, v in build.flags_by_keyword.items()}
+    if build.functions is not None:
+        kw["functions"] = build.functions
+    return kw
+
+
+def why_unsplittable(source: str) -> str:
+    """The first thing in a CUDA source that :func:`split_cuda` cannot place (a diagnostic for the count: the
+    verdict is ``split_cuda``'s own; its steps are followed with its own helpers)."""
+    code = _blank(source)
+    if code is None:
+        return "unbalanced comment or literal"
+    m = _UNSUPPORTED.search(code)
+    if m:
+        word = re.sub(r"\s+", " ", m.group(0)).strip(" {=")
+        return {'R"': "raw string literal", 'extern "': 'extern "C"'}.get(word, word if "namespace" not in word
+                                                                         else "namespace block")  # fmt: skip
+    chunks = _chunks(source, code)
+    if not chunks:
+        return "top level unreadable"
+    kernels: dict[str, Any] = {}
+    for chunk in chunks:
+        where = _place(chunk)
+        if where is None:
+            if chunk.directive:
+                return '#include "..."' if "include" in chunk.code else "conditional compilation"
+            return "__host__ on device code" if "__host__" in chunk.code else "torch types in device code"
+        if where == "device" and "__global__" in chunk.code:
+            k = _kernel(chunk)
+            if k is None:
+                return "template kernel of another shape" if "template" in chunk.code else "kernel head unreadable"
+            if k.name in kernels and kernels[k.name].params != k.params:
+                return "overloaded kernel"
+            kernels.setdefault(k.name, k)
+        elif where == "host" and _rewrite_launches(chunk.text, chunk.code, kernels) is None:
+            return "launch the split cannot read"
+    return "no kernel" if not kernels else "host code names device code"
+
+
+def _call_verdict(kw: dict[str, Any]) -> str | None:
+    try:
+        spec = BuildSpec.from_load_inline({**kw, "name": "corpus"}, "cuda", compile_only=True).to_dict()
+    except (TypeError, ValueError) as e:
+        return f"load_inline would refuse it ({type(e).__name__})"
+    source = "\n".join(spec.get("cuda_sources") or ())
+    split = split_cuda(source, _CUDA_PRELUDE)
+    why = split_unfit(spec, True, split is not None)
+    if why is not None and split is None and why.startswith("the .cu source"):
+        return f"not splittable: {why_unsplittable(source)}"
+    return why
+
+
+def classify(gen: Generation) -> Classified:
+    """Whether the CUDA split takes every ``load_inline`` call of ``gen`` (``fast``), else the first reason."""
+    out = Classified(gen.name, gen.compiled)
+    try:
+        tree = ast.parse(gen.text)
+    except (SyntaxError, ValueError):
+        out.reason = "python syntax error"
+        return out
+    builds = find_builds(gen.text, build_symbols(tree))
+    out.calls = len(builds)
+    if not builds:
+        out.reason = "no load_inline call"
+    for b in builds:
+        kw = _kwargs_of(b)
+        out.kwargs.append(kw if isinstance(kw, dict) else {})
+        why = kw if isinstance(kw, str) else _call_verdict(kw)
+        out.reason = out.reason or why
+    out.fast = out.reason is None
+    return out
+
+
+def recoverable(c: Classified) -> bool:
+    """Every call's arguments were recovered and hold a CUDA source."""
+    return c.calls > 0 and all(c.kwargs) and not (c.reason or "").startswith(("arguments", "no cuda", "sources"))
+
+
+def share(rows: list[Classified]) -> dict[str, Any]:
+    """Counts of the split's share over ``rows`` and the reasons of the rest (coarse: the text before ``:``)."""
+    rec = [r for r in rows if recoverable(r)]
+    fast = sum(r.fast for r in rec)
+    reasons = Counter(r.reason or "" for r in rec if not r.fast)
+    return {"generations": len(rows), "recoverable": len(rec), "fast": fast,
+            "fast_share": round(fast / len(rec), 4) if rec else None, "reasons": dict(reasons.most_common()),
+            "unrecoverable": dict(Counter(r.reason for r in rows if not recoverable(r)).most_common())}  # fmt: skip
+
+
+def shares(rows: list[Classified]) -> dict[str, Any]:
+    """The share over all generations and over those that compiled upstream (when the corpus has labels)."""
+    out = {"all": share(rows)}
+    if any(r.compiled is not None for r in rows):
+        out["compiled_upstream"] = share([r for r in rows if r.compiled])
+        out["failed_upstream"] = share([r for r in rows if r.compiled is False])
+    return out
+
+
+def strata(rows: list[Classified], seed: int) -> tuple[list[Classified], list[Classified]]:
+    """Seeded orders of the two sample pools: successes (compiled upstream, one recoverable call) and kernel-error
+    candidates (failed upstream, one call the split takes; the device prescreen decides which are kernel errors)."""
+    rng = random.Random(seed)
+    ok = [r for r in rows if r.compiled and r.calls == 1 and recoverable(r)]
+    bad = [r for r in rows if r.compiled is False and r.calls == 1 and r.fast]
+    rng.shuffle(ok)
+    rng.shuffle(bad)
+    return ok, bad
+
+
+def medians(values: list[float | None]) -> float | None:
+    """Median of the values present, ``None`` when there are none."""
+    got = [v for v in values if v is not None]
+    return round(statistics.median(got), 2) if got else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """``a / b`` rounded, ``None`` when either is missing or ``b`` is 0."""
+    return round(a / b, 2) if a is not None and b else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("corpus", help="a directory, or with --git-dir the path inside the repository")
+    ap.add_argument("--git-dir", help="a repository's git dir (e.g. a fetched mirror)")
+    ap.add_argument("--rev", default="HEAD", help="commit of --git-dir to read")
+    ap.add_argument("--sample", type=int, default=0, help="generations to time (half successes, half errors)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="out/cuda_corpus.json")
+    args = ap.parse_args()
+    files = read_git(Path(args.git_dir), args.rev, args.corpus) if args.git_dir else read_directory(Path(args.corpus))
+    rows = [classify(g) for g in generations_from_files(files)]
+    results: dict[str, Any] = {"corpus": args.corpus, "git_dir": args.git_dir, "rev": args.rev, "seed": args.seed,
+                               "share": shares(rows)}  # fmt: skip
+    for part, s in results["share"].items():
+        print(f"{part:18s} {s['generations']} generations, {s['recoverable']} recoverable, fast tier {s['fast']} "
+              f"({s['fast_share']}); reasons {s['reasons']}")  # fmt: skip
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    if args.sample:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: benchmarks/ is on the path
+        from benchmarks.cuda_corpus_time import time_sample
+
+        os.environ.setdefault("MUSAENV_CACHE_DIR", tempfile.mkdtemp(prefix="musaenv-corpus-cache-"))
+        ok, bad = strata(rows, args.seed)
+        results["sample"] = time_sample(ok, bad, args.sample, uuid.uuid4().hex[:8], out, results)
+    out.write_text(json.dumps(results, indent=1, default=lambda o: asdict(o)))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
