@@ -18,6 +18,7 @@ Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`; records o
 from __future__ import annotations
 
 import copy
+import ctypes
 from typing import Any
 
 import torch
@@ -175,6 +176,22 @@ def _compiled(model: Any, pool: list[list[Any]], device: torch.device) -> tuple[
     return compiled, {"baseline": "compile"}
 
 
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``); False where there is none.
+
+    The steady allocator (``TimingConfig.allocator``) never trims on its own, and the parent measures a task's peak as
+    what its run adds over the memory this long-lived worker held before it (``evaluator.memory.PeakMeter``): pages
+    an earlier, larger task left in the heap would hide the next task's peak and shrink its candidates' budget. So
+    the worker trims after each request, before its result (the parent's next measurement starts after it)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
+
+
 def serve_reference(chan: Channel) -> None:
     """Serve reference requests until the parent closes the channel."""
     cache: dict[str, ProgramModule] = {}
@@ -201,7 +218,9 @@ def serve_reference(chan: Channel) -> None:
             pending = None
         try:
             _run(chan, req, _program(cache, req), drawn)
+            release_free_memory()
             chan.send(Result().to_dict())
         except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
             log = str(e) if isinstance(e, ImpureReference) else format_exc(e)
+            release_free_memory()
             chan.send(Result(failure=Failure("infra_error", log)).to_dict())

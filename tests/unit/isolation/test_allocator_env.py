@@ -58,3 +58,33 @@ def test_both_workers_get_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
         assert ev._worker_env == {}
     with pytest.raises(ConfigError):
         TimingConfig(allocator="jemalloc")
+
+
+_KEPT = """
+import torch
+from musaenv.worker.reference import release_free_memory
+
+def rss_mb():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) / 1024
+
+base = rss_mb()
+blocks = [torch.ones(1 << 20) for _ in range(150)]  # 150 blocks of 4 MB: heap under the steady allocator
+del blocks
+kept = rss_mb() - base
+assert release_free_memory()
+print(round(kept), round(rss_mb() - base))
+"""
+
+
+def test_the_reference_worker_gives_freed_heap_pages_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the steady allocator freed blocks stay resident (the point of it); the reference worker trims after each
+    request, so the next task's peak (what it adds over the memory held before it) is not hidden by an earlier one's."""
+    for k in STEADY_MALLOC:
+        monkeypatch.delenv(k, raising=False)
+    env = worker_env(1, allocator_env("steady"))
+    out = subprocess.run([sys.executable, "-c", _KEPT], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    kept, after = (int(v) for v in out.stdout.split())
+    assert kept > 400 and after < 100, out.stdout
