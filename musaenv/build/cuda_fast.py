@@ -13,10 +13,13 @@
   (:func:`musaenv.build.fastbuild.fast_build`), whose link takes the two objects above and CUDA's libraries.
 
 A compile-only check links as :mod:`musaenv.build.cuda_link` does (every symbol resolved, libraries absent here
-stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. Either way the
-result only ever says "this builds": a source the split cannot place, and any failure of any part, returns
-``None``, and the caller builds the source as written (the full check, or ``load_inline``), whose output is then
-the verdict. Measured costs: ``docs/scaling.md``.
+stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. A device error
+that is the candidate's own (:func:`device_verdict`) is the verdict; a source the split cannot place, and any other
+failure, returns ``None``, and the caller builds the source as written (the full check, or ``load_inline``), whose
+output is then the verdict. Measured costs: ``docs/scaling.md``.
+
+Size: the fast build and the device-error rule it applies in one module (~410 lines); the rule (device_verdict and
+its nvcc patterns) moves beside cuda_names.py when the build service becomes toolchains (issue 30 item 3).
 """
 
 from __future__ import annotations
@@ -105,6 +108,12 @@ class _Verdict(_Abandon):
 
 
 _NVCC_ERROR = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$", re.M)
+# nvcc's context line of an error inside a template kernel that a shim's explicit instantiation instantiated.
+_SHIM_INSTANCE = re.compile(rf'instantiation of "[^\n]*?" at line \d+ of {re.escape(DEVICE_FILE)}')
+# A redeclaration whose first declaration is in the same file (no "of <file>"): the candidate's own when its line is.
+_OWN_REDECLARATION = re.compile(
+    r'declaration is incompatible with previous "[^"\n]*" \(declared at line (?P<line>\d+)\)$'
+)
 # What nvcc says when a declaration is missing, which a header only the unsplit unit includes could explain.
 _NVCC_LOOKUP = re.compile(
     r"undefined|not a member|has no member|no instance of|incomplete|not a template|not a (type|class|namespace)"
@@ -122,18 +131,24 @@ def device_verdict(output: str, prelude_lines: int, names: Callable[[], TorchNam
     then): ``code``, the device unit, spells no macro they define differently, and each error is either no lookup
     at all, or a lookup of a name they never spell (nor the candidate's host code: ``names`` has its words too),
     or a member-only operator on built-in or CUDA vector types. Anything else (a missing name a header could
-    declare, a lookup nvcc does not name, another shape of error) is left to the unsplit check.
+    declare, a lookup nvcc does not name, another shape of error) is left to the unsplit check. An error in a template
+    kernel seen through its shim's explicit instantiations counts too: the shims instantiate exactly the types the
+    unsplit unit's launches do (the launch's built-in type, or double and float under AT_DISPATCH_FLOATING_TYPES
+    alone; a launch inside a host template, which may never be instantiated, is not split: cuda_split).
     """
     errors = list(_NVCC_ERROR.finditer(output))
     rest = re.sub(r"errors? detected in the compilation of \"[^\"\n]*\"", "", _NVCC_ERROR.sub("", output))
     if not errors or "error" in rest:
         return None  # an error nvcc reports in another shape (a fatal one, the host compiler's): not ours to judge
-    if DEVICE_FILE in rest:
-        return None  # musaenv's lines took part (a template kernel instantiated by its shims): not judged here
+    if DEVICE_FILE in _SHIM_INSTANCE.sub("", rest):
+        return None  # musaenv's lines took part other than by instantiating a template kernel: not judged here
     wanted: list[str] = []
     for i, e in enumerate(errors):
         if e["file"] != DEVICE_ORIGIN or int(e["line"]) <= prelude_lines:
             return None
+        prev = _OWN_REDECLARATION.match(e["msg"])
+        if prev and int(prev["line"]) > prelude_lines:
+            continue  # both declarations are the candidate's lines (a template's extern __shared__ per type)
         if _NVCC_LOOKUP.search(e["msg"]):
             name = looked_up(e["msg"], output[e.end() : errors[i + 1].start() if i + 1 < len(errors) else None])
             if name is None:

@@ -10,16 +10,15 @@ the 2-core CI machine. Almost every KernelBench candidate is kernels on plain po
   ``void musaenv_launch_<k>(dim3, dim3, size_t, cudaStream_t, <k's parameters>)`` that launches it with
   ``<<<...>>>``. nvcc compiles it without a torch header: about a second. A template kernel (one type parameter)
   gets a template shim, instantiated for the types its launches use (``k<float>``; ``k<scalar_t>`` in
-  ``AT_DISPATCH_FLOATING_TYPES``: double, float).
+  ``AT_DISPATCH_FLOATING_TYPES``: double, float), never from a host template (it may not be instantiated).
 * ``host``: everything that is not device code, in the original order, with each ``k<<<g, b[, s[, st]]>>>(args)``
   replaced by a call to ``k``'s shim (declared where ``k`` was defined, so a launch before the kernel is declared
   still fails). g++ compiles it like a C++ candidate (torch's flags, a precompiled ``torch/types.h``).
 
 The split is conservative: anything it cannot place for certain (conditional compilation, namespaces, other
 template kernels or launches, kernel names used other than in a launch, torch types in device code, ...) returns
-``None`` and the caller builds the source as written. A split says "this builds", or that a kernel's own error
-is the verdict where torch's headers could not explain it (:mod:`musaenv.build.cuda_fast`).
-"""
+``None`` and the caller builds the source as written. A split says "this builds", or that a kernel's own error is
+the verdict where torch's headers could not explain it (:mod:`musaenv.build.cuda_fast`)."""
 
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ DEVICE_PRELUDE = (
     "#include <cuda_fp16.h>",  # c10/util/Half.h includes it under nvcc, BFloat16.h the next one
     "#include <cuda_bf16.h>",
     *(f"#include <{h}>" for h in ("cstdint", "cstddef", "cmath", "cfloat", "climits", "cstdio", "cstdlib", "cstring")),
-    *(f"#include <{h}>" for h in ("algorithm", "array", "limits", "type_traits", "utility", "vector")),
+    *(f"#include <{h}>" for h in ("cassert", "algorithm", "array", "limits", "type_traits", "utility", "vector")),
 )
 DEVICE_FILE = "musaenv_device.cu"  # the device unit's file name
 DEVICE_ORIGIN = "cuda.cu"  # where its candidate lines come from: load_inline's name, as the unsplit check reports
@@ -243,7 +242,8 @@ def _rewrite_launches(text: str, code: str, kernels: dict[str, _Kernel]) -> str 
         end_cfg = code.find(">>>", m.end())
         if name not in kernels or end_cfg < 0 or bool(targ) != bool(kernels[name].tparams):
             return None  # not a kernel of this source, or a template's arguments left to deduction
-        if targ and not (_BUILTIN_ARG.match(targ) or (targ == "scalar_t" and _dispatches_floating(code))):
+        fits = _BUILTIN_ARG.match(targ) or (targ == "scalar_t" and _dispatches_floating(code))
+        if targ and (not fits or code.lstrip().startswith("template")):  # a host template may never be instantiated
             return None
         kernels[name].uses.add(targ)
         paren = re.compile(r"\s*\(").match(code, end_cfg + 3)

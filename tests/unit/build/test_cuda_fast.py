@@ -179,14 +179,25 @@ def test_the_names_are_not_computed_for_errors_that_are_not_the_candidates():
     assert device_verdict('cuda.cu(12): error: explicit type is missing ("int" assumed)\n', 3, never, "") is None
 
 
-def test_an_error_seen_through_musaenvs_own_lines_is_never_judged_by_the_split():
-    # A template kernel is instantiated by the shims' explicit instantiations (musaenv's lines of the device unit).
+def test_a_template_kernels_error_seen_through_its_shims_instances_is_the_verdict():
+    # nvcc 13's shape (measured): the error in the candidate's line, the context lines in the device unit's own, where
+    # the shims instantiate exactly the types the unsplit unit's dispatch does (double, float).
     out = (
-        'cuda.cu(12): error: declaration is incompatible with "double sdata[]"\n'
-        '    detected during instantiation of "void add_kernel<scalar_t>(...) [with scalar_t=float]" at line 40 of'
-        ' musaenv_device.cu\n\n1 error detected in the compilation of "musaenv_device.cu".\n'
+        'cuda.cu(8): error: declaration is incompatible with previous "s" (declared at line 8)\n'
+        "      extern __attribute__((shared)) scalar_t s[];\n          detected during:\n"
+        '            instantiation of "void red_kernel(const scalar_t *, scalar_t *, int) [with scalar_t=float]" at'
+        " line 31 of musaenv_device.cu\n"
+        '            instantiation of "void musaenv_launch_red_kernel(dim3, dim3, size_t, cudaStream_t, const'
+        ' scalar_t *, scalar_t *, int) [with scalar_t=float]" at line 33 of musaenv_device.cu\n\n'
+        '1 error detected in the compilation of "musaenv_device.cu".\n'
     )
-    assert device_verdict(out, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, "") is None
+    own = device_verdict(out, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, "")
+    assert own is not None and 'compilation of "cuda.cu"' in own
+    # musaenv's lines in any other part of the message (an error located there, a note pointing there): not judged
+    elsewhere = out.replace("declared at line 8", "declared at line 31 of musaenv_device.cu")
+    assert device_verdict(elsewhere, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, "") is None
+    in_shim = 'musaenv_device.cu(33): error: expected a ")"\n\n1 error detected in the compilation of "x".\n'
+    assert device_verdict(in_shim, len(_CUDA_PRELUDE), lambda: NONE_DECLARED, "") is None
 
 
 @pytest.mark.slow
@@ -202,7 +213,10 @@ def test_a_template_kernel_under_at_dispatch_builds_through_the_split(bound, tmp
     (tmp_path / "b").mkdir()
     res = cuda_fast_build(spec, name, tmp_path / "b", pch_cache_root())
     assert res is not None and not res.ok and "expected an expression" in res.log, res
-    # An error that only instantiating it shows is seen through the shims' instantiations: built as written.
+    # An error that only instantiating it shows, seen through the shims' instantiations of double and float (the
+    # types AT_DISPATCH_FLOATING_TYPES instantiates in the unsplit unit): the verdict too, in cuda.cu's lines.
     spec, name = _spec(KB_TEMPLATE.replace("a[idx] + b[idx];", "a[idx].x + b[idx];"))
     (tmp_path / "c").mkdir()
-    assert cuda_fast_build(spec, name, tmp_path / "c", pch_cache_root()) is None
+    res = cuda_fast_build(spec, name, tmp_path / "c", pch_cache_root())
+    assert res is not None and not res.ok and "must have class type" in res.log, res
+    assert "cuda.cu(" in res.log and 'compilation of "musaenv_device.cu"' not in res.log, res.log

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from musaenv import _env
 from musaenv.build.cuda_compile import _CUDA_PRELUDE
 from musaenv.build.cuda_split import flags_allow_split, split_cuda
 
@@ -157,6 +158,14 @@ torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b) {
 """
 
 
+def test_a_template_kernel_launched_from_a_host_template_is_not_split():
+    # The host template may never be instantiated: the shims' explicit instances would compile what the unsplit unit
+    # never does, and their errors are the split's verdict (cuda_fast.device_verdict).
+    src = KB_TEMPLATE.replace("torch::Tensor add_cuda(", "template <int N> torch::Tensor add_cuda_t(")
+    assert _split(src) is None
+    assert _split(KB_TEMPLATE) is not None
+
+
 def test_a_template_kernel_dispatched_over_floating_types_gets_a_shim_for_double_and_float():
     s = _split(KB_TEMPLATE)
     assert s is not None and s.kernels == ("add_kernel",)
@@ -191,3 +200,24 @@ def test_a_template_kernel_launched_with_a_builtin_type_is_instantiated_for_that
 def test_template_kernels_the_split_cannot_spell_for_certain_are_built_as_written(old, new):
     assert old in KB_TEMPLATE
     assert _split(KB_TEMPLATE.replace(old, new)) is None
+
+
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_the_device_preludes_standard_headers_are_ones_the_unsplit_unit_includes(tmp_path):
+    """The device unit may add only headers the unsplit unit sees (so nothing builds split that would not as
+    written): every standard header of DEVICE_PRELUDE is among the dependencies nvcc lists for cuda.cu's prelude."""
+    import subprocess
+
+    from torch.utils.cpp_extension import include_paths
+
+    from musaenv.build.cuda_split import DEVICE_PRELUDE
+
+    unit = tmp_path / "cuda.cu"
+    unit.write_text("\n".join([*_CUDA_PRELUDE, "__global__ void k() {}", ""]))
+    nvcc = str(_env.cuda_home() / "bin" / "nvcc")
+    cmd = [nvcc, "-std=c++17", *(f"-I{p}" for p in include_paths()), "-M", str(unit)]
+    deps = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert deps.returncode == 0, deps.stderr[-2000:]
+    files = {p.rsplit("/", 1)[-1] for p in deps.stdout.split()}
+    std = [m for line in DEVICE_PRELUDE for m in re.findall(r"<(\w+)>", line) if not m.startswith("cuda")]
+    assert "cassert" in std and set(std) <= files, sorted(set(std) - files)
