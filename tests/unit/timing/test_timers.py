@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 import torch
 
-from musaenv.timing.timers import FINGERPRINT_BLOCKS, DeviceClock, clone_args, output_fingerprint, time_forward
+from musaenv.timing.timers import (
+    FINGERPRINT_BLOCKS,
+    DeviceClock,
+    clone_args,
+    output_fingerprint,
+    output_read,
+    read_fingerprint,
+    time_forward,
+    time_gated,
+)
 
 
 class _Recorder:
@@ -84,6 +93,56 @@ def test_fingerprint_of_tuples_integers_half_and_complex() -> None:
 def test_fingerprint_falls_back_to_float64_where_float32_squares_overflow() -> None:
     (rows,) = output_fingerprint(torch.full((2,), 1e20, dtype=torch.float32))
     assert all(math.isfinite(v) for r in rows for v in r) and rows[0][1] == pytest.approx(1e40, rel=1e-6)
+
+
+def test_an_output_changed_after_its_read_has_no_fingerprint() -> None:
+    """The window reads every element (its block sums); the rest of the fingerprint comes after the clock stopped.
+    An output written after that read (a thread finishing the work outside the window) fingerprints as NaN,
+    which agrees with no reference; one left alone fingerprints as if taken at once."""
+    x = torch.randn(FINGERPRINT_BLOCKS * 50 + 7)
+    read = output_read(x)
+    assert read_fingerprint(read, reference=True) == output_fingerprint(x, reference=True)
+    x[123] += 1.0  # written after the read
+    (rows,) = read_fingerprint(read)
+    assert all(math.isnan(v) for row in rows for v in row)
+
+
+class _Gate:
+    """The parent's side of :func:`time_gated` for ``calls`` calls on the pool's inputs, logging each word."""
+
+    def __init__(self, calls: int, events: list[str]) -> None:
+        self.calls, self.events = calls, events
+
+    def prepare(self, index: int) -> int | None:
+        self.events.append("prepare")
+        return -1 if index < self.calls else None
+
+    def ready(self, index: int) -> None:
+        self.events.append("ready")
+
+    def done(self, index: int, ms: float) -> None:
+        self.events.append("done")
+
+
+def test_gated_fingerprints_are_taken_after_the_parent_s_next_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing but the call and the read runs between ``ready`` and ``done``; each call's fingerprint is finished
+    only once the parent's next word has come (its CPU reading of the window is done by then)."""
+    import musaenv.timing.timers as timers
+
+    events: list[str] = []
+    real = timers.read_fingerprint
+
+    def logged(read: Any, reference: bool = False) -> Any:
+        events.append("print")
+        return real(read, reference)
+
+    monkeypatch.setattr(timers, "read_fingerprint", logged)
+    inputs = [[torch.randn(256)]]
+    run = time_gated(torch.relu, inputs, DeviceClock("cpu"), _Gate(3, events), warmup=0, repeats=3, flush_bytes=0)
+    assert len(run.fingerprints) == 3 and len(run.samples_ms) == 3
+    assert events == ["prepare", "ready", "done"] + ["prepare", "print", "ready", "done"] * 2 + ["prepare", "print"]
+    want = output_fingerprint(torch.relu(inputs[0][0]), reference=True)
+    assert run.fingerprints[0] == [[row[:2] for row in rows] for rows in want]
 
 
 def test_clone_args_copies_tensors_only_and_cpu_has_no_events() -> None:
