@@ -29,6 +29,7 @@ __all__ = [
     "PhaseUsage",
     "ProcessCpuClock",
     "over_budget",
+    "page_faults",
     "pin_threads",
     "process_cpu_clock",
     "threads_running",
@@ -102,6 +103,22 @@ def threads_running(pid: int) -> bool:
         if stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R":
             return True
     return False
+
+
+def page_faults(pid: int) -> tuple[int, int]:
+    """Process ``pid``'s page faults so far, every thread's: ``(minor, major)`` (``/proc/<pid>/stat``, fields 10
+    and 12); ``(0, 0)`` once it is gone. A major fault waited for a page the kernel had to read back from disk:
+    a page of the process the host's memory pressure evicted (its code, a mapped file), never its own doing."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0, 0
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[7]), int(fields[9])
+    except (IndexError, ValueError):
+        return 0, 0
 
 
 def process_cpu_clock(pid: int) -> ProcessCpuClock | None:

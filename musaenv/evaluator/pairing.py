@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from musaenv.evaluator.cpu_watch import process_cpu_clock
+from musaenv.evaluator.cpu_watch import page_faults, process_cpu_clock
 from musaenv.isolation.channel import ProtocolError, Stalled
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import Result, TimeCall, TimeDone, TimeEnd, TimePrepare, TimeReady, Timing, decode
@@ -118,7 +118,13 @@ class _Side:
     ms: list[float] = field(default_factory=list)
     own_ms: list[float] = field(default_factory=list)
     out_ms: list[float] = field(default_factory=list)  # CPU time since the end of its previous window
+    faults: list[tuple[int, int]] = field(default_factory=list)  # per window: (minor, major) page faults
     last_ns: int | None = None
+
+    def page_faults(self) -> tuple[int, int] | None:
+        """The worker's page faults so far (on the CPU clock only: it names the worker's pid)."""
+        pid = getattr(self.cpu, "pid", None)
+        return page_faults(pid) if isinstance(pid, int) else None
 
 
 def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
@@ -131,16 +137,20 @@ def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
     if not isinstance(ready, TimeReady):
         return ready
     c0 = side.cpu() if side.cpu is not None else 0
+    f0 = side.page_faults()
     t0 = time.perf_counter_ns()
     side.send(TimeCall(index=index).to_dict())
     done = side.recv()
     t1 = time.perf_counter_ns()
     c1 = side.cpu() if side.cpu is not None else 0
+    f1 = side.page_faults()
     if isinstance(done, (TimeReady, TimeDone)) and (not isinstance(done, TimeDone) or done.index != index):
         raise ProtocolError(f"expected the end of timed call {index}, got {done!r}"[:200])
     if not isinstance(done, TimeDone):
         return done
     side.ms.append(((c1 - c0) if side.cpu is not None else (t1 - t0)) / 1e6)
+    if f0 is not None and f1 is not None:
+        side.faults.append((f1[0] - f0[0], f1[1] - f0[1]))
     if side.cpu is not None and side.last_ns is not None:
         side.out_ms.append((c0 - side.last_ns) / 1e6)
     side.last_ns = c1
@@ -217,5 +227,6 @@ def _pair_calls(
         r.ms[:n], c.ms[:n], r.own_ms[:n], c.own_ms[:n], firsts[:n], prints, ref_timing.baseline_note,
         clock="cpu" if c.cpu is not None else "wall", ref_out_ms=r.out_ms, cand_out_ms=c.out_ms,
         unsettled=sum(int(getattr(side.cpu, "unsettled", 0)) for side in (r, c)), seeds=seeds,
+        ref_faults=r.faults[:n], cand_faults=c.faults[:n],
     )  # fmt: skip
     return samples, handoff

@@ -14,7 +14,7 @@ from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import over_budget
 from musaenv.evaluator.plan import first_use_calls
 from musaenv.evaluator.reference import RefOutputs
-from musaenv.timing.paired import PairedSamples, outside_work, paired_evidence, sample_mismatch
+from musaenv.timing.paired import PairedSamples, fault_extra, outside_work, paired_evidence, sample_mismatch
 from musaenv.types import EvalResult, Stage, TimingStats, build_tier_of
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
 from musaenv.verification.rules import by_layer, message
@@ -400,7 +400,7 @@ def _paired_timing(
 ) -> EvalResult:
     """The speedup of paired timing: the median of the per-pair ratios (calls on a fresh input only), with its
     interval and pair count; both timings are the parent's clock (musaenv.evaluator.pairing)."""
-    idx = list(range(paired.pairs)) if calls is None else [i for i in calls if i < paired.pairs]
+    idx = paired.counted(calls)
     got = paired.speedup(idx)
     if got is None:
         return result
@@ -420,4 +420,5 @@ def _paired_timing(
         speedup_low=low,
         speedup_high=high,
         timing_pairs=len(idx),
+        extra={**result.extra, **fault_extra(paired, calls)},
     )

@@ -18,6 +18,7 @@ __all__ = [
     "CONFIDENCE",
     "TIMING_METHOD",
     "PairedSamples",
+    "fault_extra",
     "median_interval",
     "outside_work",
     "paired_evidence",
@@ -83,6 +84,9 @@ class PairedSamples:
             began; empty where the workers timed a pool drawn ahead).
         unsettled: CPU-clock readings taken while a worker thread still ran (after the parent's wait for it ran
             out; :class:`~musaenv.evaluator.cpu_watch.ProcessCpuClock`): those may lag by up to a scheduler tick.
+        ref_faults: Per pair, the reference worker's ``(minor, major)`` page faults inside its window, as the
+            parent read them from the kernel (CPU clock only; empty otherwise).
+        cand_faults: The candidate's, likewise.
     """
 
     ref_ms: list[float]
@@ -98,11 +102,29 @@ class PairedSamples:
     threads: int = 1
     unsettled: int = 0
     seeds: list[int] = field(default_factory=list)
+    ref_faults: list[tuple[int, int]] = field(default_factory=list)
+    cand_faults: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def pairs(self) -> int:
         """Number of complete pairs."""
         return min(len(self.ref_ms), len(self.cand_ms))
+
+    def faulted(self) -> list[int]:
+        """Pairs in which either window waited on a major page fault: a page the host's memory pressure had
+        evicted, read back from disk inside the window (milliseconds each). That is the machine's doing, not the
+        program's, and it lands on one side of the pair only."""
+        sides = (self.ref_faults, self.cand_faults)
+        return [i for i in range(self.pairs) if any(i < len(f) and f[i][1] > 0 for f in sides)]
+
+    def counted(self, calls: list[int] | None = None) -> list[int]:
+        """The pairs the speedup is the median of: ``calls`` (default all), less the :meth:`faulted` ones while at
+        least half of them and 3 remain (otherwise all: a program that faults in every window is measured as it
+        runs, so faulting on purpose buys nothing; a window it has without faults is an honest measure)."""
+        idx = list(range(self.pairs)) if calls is None else [i for i in calls if i < self.pairs]
+        bad = set(self.faulted())
+        kept = [i for i in idx if i not in bad]
+        return kept if len(kept) >= max(3, (len(idx) + 1) // 2) else idx
 
     def ratios(self, calls: list[int] | None = None) -> list[float]:
         """Per pair, reference time / candidate time (only ``calls`` when given)."""
@@ -110,8 +132,9 @@ class PairedSamples:
         return [self.ref_ms[i] / self.cand_ms[i] for i in idx if self.cand_ms[i] > 0]
 
     def speedup(self, calls: list[int] | None = None) -> tuple[float, float, float] | None:
-        """``(median ratio, interval low, interval high)`` over the pairs (``calls`` only, when given)."""
-        r = self.ratios(calls)
+        """``(median ratio, interval low, interval high)`` over the :meth:`counted` pairs (of ``calls``, when
+        given)."""
+        r = self.ratios(self.counted(calls))
         if not r:
             return None
         lo, hi = median_interval(r)
@@ -172,6 +195,26 @@ def paired_evidence(p: PairedSamples) -> dict[str, object]:
         "ref_own_ms": us(p.ref_own_ms),
         "cand_out_ms": us(p.cand_out_ms),
         "ref_out_ms": us(p.ref_out_ms),
+    }
+
+
+def fault_extra(p: PairedSamples, calls: list[int] | None = None) -> dict[str, object]:
+    """``extra["timing_faults"]`` (CPU clock only, else empty): per side the median minor page faults of a window
+    (fresh pages its outputs touched: the allocator's doing as much as the program's, the same on both sides when
+    they allocate alike) and the pairs a major fault struck, with those left out of the speedup."""
+    if not p.ref_faults or not p.cand_faults:
+        return {}
+    kept = set(p.counted(calls))
+    major = p.faulted()
+    return {
+        "timing_faults": {
+            "minor_median": {
+                "reference": statistics.median(f[0] for f in p.ref_faults),
+                "candidate": statistics.median(f[0] for f in p.cand_faults),
+            },
+            "major_pairs": major,
+            "left_out": [i for i in major if i not in kept],
+        }
     }
 
 

@@ -22,7 +22,7 @@ from musaenv.evaluator.pairing import RefSession, pair_calls
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import Result, TimeDone, TimeReady, Timing, decode
-from musaenv.timing.paired import PairedSamples, median_interval, outside_work, sample_mismatch
+from musaenv.timing.paired import PairedSamples, fault_extra, median_interval, outside_work, sample_mismatch
 from musaenv.timing.timers import DeviceClock, time_gated
 from musaenv.worker.trials import ChannelGate
 
@@ -233,3 +233,43 @@ def test_paired_is_the_default_and_the_cached_mode_is_named_for_its_host() -> No
     assert TimingConfig(reference="cached").reference == "dedicated_host"  # its former name still reads
     with pytest.raises(ConfigError):
         TimingConfig(reference="sometimes")
+
+
+def test_pairs_a_major_fault_struck_are_left_out_while_enough_remain() -> None:
+    """A window that waited on a page read back from disk is the host's doing: that pair leaves the median, unless
+    fewer than half of the pairs (or 3) would remain, so a program that faults in every window is measured as is."""
+    ref, cand = [2.0] * 8, [2.0] * 8
+    cand[1] = cand[5] = 40.0  # the two windows the faults struck
+    faults = [(10, 0)] * 8
+    hit = [(10, 0), (900, 3), (10, 0), (10, 0), (10, 0), (12, 1), (10, 0), (10, 0)]
+    p = PairedSamples(ref, cand, ref, cand, [True] * 8, ref_faults=faults, cand_faults=hit)
+    assert p.faulted() == [1, 5] and p.counted() == [0, 2, 3, 4, 6, 7]
+    assert p.speedup() == (1.0, 1.0, 1.0)
+    assert fault_extra(p) == {"timing_faults": {"minor_median": {"reference": 10.0, "candidate": 10.0},
+                                                "major_pairs": [1, 5], "left_out": [1, 5]}}  # fmt: skip
+    everywhere = PairedSamples(ref, cand, ref, cand, [True] * 8, ref_faults=faults, cand_faults=[(1, 1)] * 8)
+    assert everywhere.counted() == list(range(8)) and everywhere.speedup() is not None
+    assert everywhere.speedup()[0] == 1.0  # six of eight pairs at 1.0: the median as measured
+    assert fault_extra(everywhere)["timing_faults"]["left_out"] == []  # type: ignore[index]
+    assert p.counted([0, 1, 2]) == [0, 1, 2] and p.counted([0, 1, 2, 3, 4, 5]) == [0, 2, 3, 4]  # 3 at least
+    assert fault_extra(PairedSamples(ref, cand, ref, cand, [True] * 8)) == {}  # the wall clock: not read
+
+
+def test_page_faults_counts_a_page_read_back_from_disk(tmp_path: Any) -> None:
+    """The parent's reading of a worker's faults: a page dropped from the page cache and read again through a
+    mapping is a major fault of the reading process."""
+    import mmap
+
+    from musaenv.evaluator.cpu_watch import page_faults
+
+    path = tmp_path / "pages"
+    path.write_bytes(os.urandom(1 << 20))
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages: dropped from the cache
+        before = page_faults(os.getpid())
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            total = sum(m[i] for i in range(0, len(m), 4096))
+        after = page_faults(os.getpid())
+    assert total >= 0 and after[1] > before[1] and after[0] >= before[0]
+    assert page_faults(2**22 + 12345) == (0, 0)  # no such process
