@@ -74,9 +74,10 @@ class ShapeConfig(_Config):
             meta device: matmuls, convolutions, attention; elementwise ops and reductions count none, so their
             tasks are sized by ``interp_bytes`` alone). Bytes bound how many program instances a launch has, not
             how many steps each loops: the public direct convolution above loops 363 (channel, kh, kw) steps per
-            instance at 1.6 CPU ms a step (one 32 x 64 tile), and at 1 MiB (96 instances a launch, 360 MFLOPs a
-            forward) its trials still used 480 CPU s. A kernel accumulating one rank-1 update of a 2,048-element
-            tile per step costs about 1.6 CPU s per 4 MFLOPs there; 16 MFLOPs keeps a forward of it to seconds.
+            instance at 1.6 CPU ms a step (one 32 x 64 tile), and at 4 MiB (312 instances a launch, 362 MFLOPs a
+            forward) as at 1 MiB (96, 80 MFLOPs) its trials used all 480 CPU s. A kernel accumulating one rank-1
+            update of a 2,048-element tile per step costs about 1.6 CPU s per 4 MFLOPs there; 16 MFLOPs keeps a
+            forward of it to seconds (with the batch held at 2: batch 2 at 44 x 44, 133 CPU s for its trials).
     """
 
     cpu_bytes: int = 32 << 20
@@ -146,16 +147,19 @@ def call_bytes(reply: dict[str, Any]) -> int:
 
 def leading_only(base: dict[str, Any], other: dict[str, Any]) -> bool:
     """``other`` (a probe reply) differs from ``base`` in the leading extent of every input tensor and nowhere else
-    (the other extents, the non-tensor inputs and the parameters are the same): the variable changed is a batch."""
+    (the other extents, the non-tensor inputs and the parameters are the same), and some input has more extents
+    than that one: the variable changed is a batch (the length of a vector, the only extent there is, is not)."""
     ran = all(r.get("ok") or r.get("kind") == "meta_slow" for r in (base, other))
     a, b = base.get("inputs") or [], other.get("inputs") or []
     if not ran or base.get("state") != other.get("state") or len(a) != len(b):
         return False
     tensors = [(x, y) for x, y in zip(a, b, strict=True) if x[0] != "scalar"]
     scalars_same = all(x == y for x, y in zip(a, b, strict=True) if x[0] == "scalar")
+    more = any(len(x[0]) >= 2 for x, _ in tensors)
     return (
         bool(tensors)
         and scalars_same
+        and more
         and all(
             len(x[0]) == len(y[0]) >= 1 and x[0][0] != y[0][0] and x[0][1:] == y[0][1:] and x[1] == y[1]
             for x, y in tensors
