@@ -426,11 +426,15 @@ class _Deriver:
             return
         self.budget_bytes, self.budget_flops, self.tier_name = budget, float(flops), "interp"
         self.deadline = time.monotonic() + self.config.file_timeout_s
-        batch = self.batch_slot()
+        batch, found = self.batch_slot(), None
         if batch is not None:  # the batch first: the others scale by the common factor within both budgets
             self.pinned = {batch: INTERP_BATCH}
-            self.result.notes.append(f"interp tier: the batch {batch.label()} held at {INTERP_BATCH}")
-        found = self.cpu_timing_shape(file_reply)
+            found = self.cpu_timing_shape(file_reply)
+            if found is None:  # no size accepted with that batch (a model that needs more): it scales with the rest
+                self.pinned = {}
+            else:
+                self.result.notes.append(f"interp tier: the batch {batch.label()} held at {INTERP_BATCH}")
+        found = found or self.cpu_timing_shape(file_reply)
         if found is None or signature(found[0]) == signature(cpu_reply):
             self.result.notes.append("interp tier: no smaller shape accepted; the interpreter uses the cpu tier")
             return

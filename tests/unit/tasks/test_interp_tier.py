@@ -159,6 +159,18 @@ def test_a_convolution_is_sized_by_the_interpreters_flops_with_its_batch_first(c
     assert int(info[0]["flops"]) > CFG.interp_flops // 2
 
 
+def test_a_model_that_rejects_a_batch_of_two_gets_its_batch_scaled_with_the_rest(client):
+    needs_four = ROWS.replace(
+        "        return torch.softmax(x, dim=1)",
+        "        if x.shape[0] < 4:\n            raise ValueError('a batch of at least 4')\n"
+        "        return torch.softmax(x, dim=1)",
+    )
+    d = derive_shapes(needs_four, CFG, client)
+    interp = d.shapes["interp"]
+    assert not any("held at" in n for n in d.notes), d.notes
+    assert all(s["batch_size"] >= 4 for s in interp) and all(_bytes(i) <= CFG.interp_bytes for i in d.info["interp"])
+
+
 def test_a_matmul_without_a_batch_is_sized_by_flops(client):
     d = derive_shapes(MATMUL, CFG, client)
     interp, info = d.shapes["interp"], d.info["interp"]
