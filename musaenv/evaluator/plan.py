@@ -187,7 +187,7 @@ def interpreter_shapes(task: Task, tier: str, chosen: bool) -> dict[str, Any]:
         why = (
             f"judged at interpreter-sized shapes {shapes} (the cpu tier's are {cpu}): Triton's CPU interpreter runs "
             "a launch's program instances one after another, so the shapes are shrunk to ShapeConfig.interp_bytes "
-            "of inputs + outputs per call; the reference ran at the same shapes"
+            "of inputs + outputs and ShapeConfig.interp_flops per call; the reference ran at the same shapes"
         )
     elif notes:
         why = f"the cpu tier's shapes ({notes[-1]})"

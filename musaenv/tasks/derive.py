@@ -18,8 +18,11 @@ Rules (docs/tasks.md has the measured numbers behind the defaults):
   warning ``slow_cpu_tier`` when no accepted size is faster), then an odd shape derived from it and run for real
   as well (untimed in evaluations, so held to ``cpu_forward_max_ms``).
 * **interp tier** (what Triton's CPU interpreter is judged at): the same search from the cpu tier's sizes on, under
-  :attr:`ShapeConfig.interp_bytes`, with its own odd shape; none when the cpu tier already fits that budget or
-  nothing smaller is accepted (an evaluation then uses the cpu tier, :meth:`musaenv.tasks.task.Task.shapes_for`).
+  :attr:`ShapeConfig.interp_bytes` and :attr:`ShapeConfig.interp_flops` (the interpreter's time follows a launch's
+  program instances times their loop steps: bytes bound the first, FLOPs the product), the batch (the variable
+  that sets the leading extent of every input and nothing else) held at :data:`INTERP_BATCH` while the other sizes
+  scale, with its own odd shape (batch 3); none when the cpu tier already fits both budgets or nothing smaller is
+  accepted (an evaluation then uses the cpu tier, :meth:`musaenv.tasks.task.Task.shapes_for`).
 * **Coupled constants** (channels divisible by groups, heads dividing the embedding, a kernel no larger than its
   input) are found by validation: when the all-odd shape is rejected, variables are changed one at a time, each
   through a ladder of candidates (odd values first, then 3, 5, 7 times an odd value, then 2, 4, ... 32 times one),
@@ -45,6 +48,7 @@ from musaenv.tasks.constants import Constants, Slot, read_constants
 from musaenv.tasks.lift import lift_checked
 from musaenv.tasks.probe import ProbeClient
 from musaenv.tasks.shape_rules import (
+    INTERP_BATCH,
     LARGE,
     META_LIMIT_S,
     MIN_SCALED,
@@ -56,6 +60,7 @@ from musaenv.tasks.shape_rules import (
     ShapeConfig,
     call_bytes,
     ladder,
+    leading_only,
     scaled_value,
     shape_info,
     signature,
@@ -79,7 +84,9 @@ class _Deriver:
         self.meta_slow = False  # the meta device is too slow for this program: cpu checks run for real
         self.slow_tier = False  # no size met cpu_forward_ms; the tier is held to cpu_forward_max_ms instead
         self.frozen: dict[Slot, int] = {}  # sizes the cpu search stopped scaling (coupled to a fixed constant)
+        self.pinned: dict[Slot, int] = {}  # the interp tier's batch: INTERP_BATCH at every scale factor
         self.budget_bytes = config.cpu_bytes  # inputs + outputs of the tier being searched (cpu, then interp)
+        self.budget_flops = config.cpu_forward_max_ms * 1e-3 * PEAK_FLOPS  # a forward's FLOPs (the interp tier's own)
         self.tier_name = "cpu"
 
     def probe(self, values: dict[Slot, int], real: bool) -> dict[str, Any]:
@@ -103,7 +110,7 @@ class _Deriver:
         return self._memo[key]
 
     def fits_cpu(self, reply: dict[str, Any]) -> bool:
-        flops_ok = int(reply.get("flops") or 0) <= self.config.cpu_forward_max_ms * 1e-3 * PEAK_FLOPS
+        flops_ok = int(reply.get("flops") or 0) <= self.budget_flops
         return bool(reply.get("ok")) and call_bytes(reply) <= self.budget_bytes and flops_ok
 
     def consistent(self, reply: dict[str, Any]) -> bool:
@@ -179,7 +186,9 @@ class _Deriver:
         extents = self.small_extents()
         out = {}
         for s in self.consts.slots:
-            if s in self.frozen:
+            if s in self.pinned:
+                out[s] = self.pinned[s]
+            elif s in self.frozen:
                 out[s] = self.frozen[s]
             elif s.value >= LARGE:
                 out[s] = scaled_value(s.value, factor)
@@ -206,6 +215,16 @@ class _Deriver:
                 if ran and r.get("state") == base.get("state") and r.get("inputs") != base.get("inputs"):
                     self._extents.add(slot)
         return self._extents
+
+    def batch_slot(self) -> Slot | None:
+        """The variable that is the batch: one less changes the leading extent of every input tensor and nothing
+        else (:func:`leading_only`, on the meta device); ``None`` when none is, or none is above INTERP_BATCH."""
+        values = {s: s.value for s in self.consts.slots}
+        base = self.probe(values, real=False)
+        for slot in (s for s in self.consts.slots if s.value > INTERP_BATCH):
+            if leading_only(base, self.probe({**values, slot: slot.value - 1}, real=False)):
+                return slot
+        return None
 
     def _k_max(self) -> int:
         sizes = [s.value for s in self.consts.slots if s.value >= LARGE or s in self.small_extents()]
@@ -272,6 +291,8 @@ class _Deriver:
         """The largest scaled shape within both cpu budgets, run for real, and its values (``None``: none found)."""
         k_max = self._k_max()
         over = call_bytes(file_reply) / self.budget_bytes  # inputs alone when the meta forward gave no outputs
+        if self.tier_name == "interp":  # FLOPs bound it too (the cpu tier's guess is by bytes, as before)
+            over = max(over, int(file_reply.get("flops") or 0) / self.budget_flops)
         # Bytes of two scaled dimensions fall by 2^(2/STEPS) per step: the first guess; _fit_memory corrects it.
         k = self._fit_memory(min(k_max, max(0, math.ceil(STEPS / 2 * math.log2(max(over, 1.0))))), k_max)
         if k is None:
@@ -392,18 +413,28 @@ class _Deriver:
         self.result.shapes[name], self.result.info[name] = shapes, info
 
     def interp_tier(self, file_reply: dict[str, Any], cpu_reply: dict[str, Any]) -> None:
-        """The interp tier: the cpu search again under :attr:`ShapeConfig.interp_bytes`, from the cpu tier's sizes
-        (their memo reused, a budget of its own); none when the cpu tier fits already or nothing smaller is found."""
-        budget = self.config.interp_bytes
-        if call_bytes(cpu_reply) <= budget:
+        """The interp tier: the cpu search again under :attr:`ShapeConfig.interp_bytes` and
+        :attr:`ShapeConfig.interp_flops`, from the cpu tier's sizes (their memo reused, budgets of its own); none
+        when the cpu tier fits both already or nothing smaller is found."""
+        budget, flops = self.config.interp_bytes, self.config.interp_flops
+        cpu_flops = int(cpu_reply.get("flops") or 0)
+        if call_bytes(cpu_reply) <= budget and cpu_flops <= flops:
             self.result.notes.append(
-                f"interp tier: the cpu tier's {call_bytes(cpu_reply):,} bytes per call fit {budget:,}; "
-                "the interpreter uses the cpu tier"
+                f"interp tier: the cpu tier's {call_bytes(cpu_reply):,} bytes per call fit {budget:,} and its "
+                f"{cpu_flops:,} FLOPs fit {flops:,}; the interpreter uses the cpu tier"
             )
             return
-        self.budget_bytes, self.tier_name = budget, "interp"
+        self.budget_bytes, self.budget_flops, self.tier_name = budget, float(flops), "interp"
         self.deadline = time.monotonic() + self.config.file_timeout_s
-        found = self.cpu_timing_shape(file_reply)
+        batch, found = self.batch_slot(), None
+        if batch is not None:  # the batch first: the others scale by the common factor within both budgets
+            self.pinned = {batch: INTERP_BATCH}
+            found = self.cpu_timing_shape(file_reply)
+            if found is None:  # no size accepted with that batch (a model that needs more): it scales with the rest
+                self.pinned = {}
+            else:
+                self.result.notes.append(f"interp tier: the batch {batch.label()} held at {INTERP_BATCH}")
+        found = found or self.cpu_timing_shape(file_reply)
         if found is None or signature(found[0]) == signature(cpu_reply):
             self.result.notes.append("interp tier: no smaller shape accepted; the interpreter uses the cpu tier")
             return

@@ -32,7 +32,7 @@ __all__ = ["DERIVE_VERSION", "check_memory", "derive_task", "listing", "load_ext
 
 log = logging.getLogger(__name__)
 
-DERIVE_VERSION = 4  # bump when derivation rules change: cached derivations of older rules are not reused
+DERIVE_VERSION = 5  # bump when derivation rules change: cached derivations of older rules are not reused
 
 
 def _cache_key(source: str, config: ShapeConfig) -> str:

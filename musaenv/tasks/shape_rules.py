@@ -10,6 +10,7 @@ from typing import Any
 from musaenv.config import _Config, _require
 
 __all__ = [
+    "INTERP_BATCH",
     "LARGE",
     "META_LIMIT_S",
     "MIN_SCALED",
@@ -21,6 +22,7 @@ __all__ = [
     "ShapeConfig",
     "call_bytes",
     "ladder",
+    "leading_only",
     "scaled_value",
     "shape_info",
     "signature",
@@ -35,6 +37,10 @@ MIN_SCALED = 2  # scaling stops here; the reference's own checks (a kernel large
 PEAK_FLOPS = 2e11  # one core's optimistic fp32 peak: a forward counted above budget * this is never run for real
 REAL_STATE_BYTES = 1 << 30  # parameters a real check may hold besides its inputs (VGG-16: 528 MB of weights)
 REAL_FLOPS = 5e9  # a gpu-tier odd shape is also run for real here when it counts at most this (about 0.1-1 s)
+# The interp tier's batch (the odd shape's is 3): a batch repeats the per-sample work, and a kernel that maps it
+# onto its grid (the public direct convolution: batch x 3 x 1 programs of 363 loop steps at 18 x 18) pays a whole
+# program per sample even when the sample fills a fraction of a block; two samples still catch a batch stride bug.
+INTERP_BATCH = 2
 _LADDER = (1, 3, 5, 7, 2, 4, 8, 16, 32)  # odd values first; then the least power-of-two factor the program needs
 
 
@@ -64,6 +70,14 @@ class ShapeConfig(_Config):
             (1,872 programs per launch at the cpu tier's 23 MB per call) used 480 CPU s without finishing its
             trials. 4 MiB (1M fp32 elements) keeps shapes of hundreds per axis, many programs per axis at usual
             block sizes (docs/backends.md, "Interpreter-sized shapes").
+        interp_flops: FLOPs of one reference forward at an interp-tier shape (torch's ``FlopCounterMode`` on the
+            meta device: matmuls, convolutions, attention; elementwise ops and reductions count none, so their
+            tasks are sized by ``interp_bytes`` alone). Bytes bound how many program instances a launch has, not
+            how many steps each loops: the public direct convolution above loops 363 (channel, kh, kw) steps per
+            instance at 1.6 CPU ms a step (one 32 x 64 tile), and at 4 MiB (312 instances a launch, 362 MFLOPs a
+            forward) as at 1 MiB (96, 80 MFLOPs) its trials used all 480 CPU s. A kernel accumulating one rank-1
+            update of a 2,048-element tile per step costs about 1.6 CPU s per 4 MFLOPs there; 16 MFLOPs keeps a
+            forward of it to seconds (with the batch held at 2: batch 2 at 44 x 44, 133 CPU s for its trials).
     """
 
     cpu_bytes: int = 32 << 20
@@ -75,12 +89,14 @@ class ShapeConfig(_Config):
     probe_memory_mb: int = 8192
     real_limit_bytes: int = 64 << 20
     interp_bytes: int = 4 << 20
+    interp_flops: int = 16_000_000
 
     def __post_init__(self) -> None:
         n = type(self).__name__
         _require(self.cpu_bytes >= 1 << 16, n, "cpu_bytes >= 65536", self.cpu_bytes, "e.g. 32 << 20.")
         _require(1 << 12 <= self.interp_bytes <= self.cpu_bytes, n, "4096 <= interp_bytes <= cpu_bytes",
                  self.interp_bytes, "e.g. 4 << 20.")  # fmt: skip
+        _require(self.interp_flops >= 1, n, "interp_flops >= 1", self.interp_flops, "e.g. 16_000_000.")
         _require(self.cpu_forward_ms > 0, n, "cpu_forward_ms > 0", self.cpu_forward_ms, "e.g. 20.")
         _require(self.repeats >= 1, n, "repeats >= 1", self.repeats, "")
         for name in ("check_timeout_s", "file_timeout_s"):
@@ -127,6 +143,28 @@ def call_bytes(reply: dict[str, Any]) -> int:
     """Inputs + outputs of one call: what the cpu budget bounds (parameters are reported, not budgeted: a
     network's widths are often written inside the model, e.g. ResNet-101's 170 MB of weights)."""
     return int(reply.get("input_bytes", 0)) + int(reply.get("output_bytes", 0))
+
+
+def leading_only(base: dict[str, Any], other: dict[str, Any]) -> bool:
+    """``other`` (a probe reply) differs from ``base`` in the leading extent of every input tensor and nowhere else
+    (the other extents, the non-tensor inputs and the parameters are the same), and some input has more extents
+    than that one: the variable changed is a batch (the length of a vector, the only extent there is, is not)."""
+    ran = all(r.get("ok") or r.get("kind") == "meta_slow" for r in (base, other))
+    a, b = base.get("inputs") or [], other.get("inputs") or []
+    if not ran or base.get("state") != other.get("state") or len(a) != len(b):
+        return False
+    tensors = [(x, y) for x, y in zip(a, b, strict=True) if x[0] != "scalar"]
+    scalars_same = all(x == y for x, y in zip(a, b, strict=True) if x[0] == "scalar")
+    more = any(len(x[0]) >= 2 for x, _ in tensors)
+    return (
+        bool(tensors)
+        and scalars_same
+        and more
+        and all(
+            len(x[0]) == len(y[0]) >= 1 and x[0][0] != y[0][0] and x[0][1:] == y[0][1:] and x[1] == y[1]
+            for x, y in tensors
+        )
+    )
 
 
 def shape_info(reply: dict[str, Any]) -> dict[str, Any]:

@@ -108,9 +108,9 @@ def test_a_conv_image_written_in_get_inputs_shrinks_at_the_interp_tier(client):
     assert all(int(i["input_bytes"]) + int(i["output_bytes"]) <= CFG.interp_bytes for i in d.info["interp"])
     first = interp[0]
     # before lifting only the batch could shrink (224 x 224 at any batch is 1.8 MB a call): now the image does too,
-    # by the common factor that scales the batch (ratios kept), and the 3 channels stay
-    assert first["dim_1"] < 224 and first["batch_size"] < 16
-    assert abs(first["dim_1"] / 224 - first["batch_size"] / 16) < 0.15, interp
+    # within the interpreter's FLOPs, while the batch is held at 2, and the 3 channels stay
+    assert 11 <= first["dim_1"] < 224 and first["batch_size"] == 2
+    assert all(int(i["flops"]) <= CFG.interp_flops for i in d.info["interp"]), d.info["interp"]
     assert "in_channels=3" in d.source and len(interp) == 2 and interp[1]["dim_1"] % 2 == 1
     # the reference runs at the chosen shapes, and so does the program as shown (its constants rewritten)
     for shape in interp:
