@@ -205,9 +205,8 @@ def time_gated(
     clock: fresh inputs and cache flush before :meth:`CallGate.ready`, then call, synchronise and every element of
     the output read (:func:`output_read`: no work hides in lazily computed pages) before :meth:`CallGate.done`. The
     parent decides how many calls run (at most ``repeats``) and ends them with the word :meth:`CallGate.prepare`
-    returns None on, after the last call too: until then the worker waits, so the parent's reading of its CPU clock
-    at the end of a window never catches it at work on what follows; the rest of each call's fingerprint is taken
-    when that word came (:func:`_finish_print`).
+    returns None on, after the last call too: until then the worker waits (its CPU clock is read then), and only
+    after that word does it finish the fingerprint of the call before (:func:`_finish_print`).
 
     ``draw`` (seed -> fresh inputs): a call whose seed the parent sends is drawn when prepared, warm-up call ``j``
     from ``warmup_seeds[j]`` when it runs (``inputs`` may be empty): no timed input exists before its call does."""
