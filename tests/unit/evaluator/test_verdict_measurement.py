@@ -92,6 +92,22 @@ def test_paired_timing_decides_the_speedup_with_its_interval_over_fresh_inputs()
     assert r.runtime_ms == pytest.approx(4.0) and r.ref_timing is not None and r.ref_timing.n == 13
 
 
+def test_pairs_a_major_fault_struck_leave_the_speedup_and_say_so() -> None:
+    """The candidate's windows of pairs 0 and 1 waited on pages read back from disk (the host's memory pressure):
+    those pairs leave the median and the interval, the count says 11, and extra says which and why."""
+    run, ref = _pair([0.5] * 20)
+    clean = _paired([4.1] * 20)
+    faults = [(0, 0)] * 20
+    struck = [(50, 2), (40, 1)] + [(0, 0)] * 18
+    run.paired = PairedSamples(**{**clean.__dict__, "ref_faults": faults, "cand_faults": struck})
+    run.timing_layout = (3, 16)  # 13 pairs on fresh inputs, two of them struck
+    r = _judge(run, ref)
+    assert r.stage is Stage.CORRECT and r.timing_pairs == 11
+    assert r.speedup == pytest.approx(2.7)  # median of 2.2 ... 3.2
+    assert r.extra["timing_faults"] == {"minor_median": {"reference": 0, "candidate": 0.0},
+                                        "major_pairs": [0, 1], "left_out": [0, 1]}  # fmt: skip
+
+
 def test_forged_own_samples_are_cheating_and_work_outside_the_window_is_warned() -> None:
     run, ref = _pair([0.2] * 20)
     run.paired = _paired([0.2] * 20)  # the worker says 0.2 ms where the parent counted 4 ms of CPU
