@@ -9,7 +9,8 @@ musaenv's own parser (:func:`musaenv.verification.static_sources.find_builds`).
 
 1. **Share** (compiles nothing, the whole corpus): which generations the CUDA split takes, the same two checks
    the build runs (:func:`musaenv.build.cuda_split.split_cuda`, :func:`musaenv.build.cuda_fast.split_unfit`), over
-   all and over those that compiled upstream, with the reasons of the rest counted.
+   all and over those that compiled upstream, with the reasons of the rest counted; also over the calls that reach
+   a build at all (torch's ``load_inline`` signature refuses some before any build, e.g. no ``cpp_sources``).
 2. **Sample** (``--sample N``, seeded, stratified): half successes (compiled upstream, one ``load_inline`` call),
    half kernel errors (failed upstream, taken by the split, and nvcc fails on its device unit: prescreened, about
    a second each). Each is built compile-only by ``load_inline`` (fresh process, ``TORCH_CUDA_ARCH_LIST=9.0``,
@@ -43,10 +44,11 @@ from musaenv.build.buildspec import BuildSpec
 from musaenv.build.cuda_compile import _CUDA_PRELUDE
 from musaenv.build.cuda_fast import split_unfit
 from musaenv.build.cuda_split import _UNSUPPORTED, _blank, _chunks, _kernel, _place, _rewrite_launches, split_cuda
-from musaenv.verification.static_names import build_symbols
+from musaenv.verification.static_names import build_symbols, is_load_inline_name
 from musaenv.verification.static_sources import RecoveredBuild, find_builds
 
 LABELS_FILE = "eval_results.json"
+REFUSED = "load_inline refuses the call before any build"  # its TypeError: no build of any tier
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,24 @@ def why_unsplittable(source: str) -> str:
     return "no kernel" if not kernels else "host code names device code"
 
 
+def call_refused(node: ast.Call) -> str | None:
+    """torch's ``TypeError`` when its ``load_inline`` signature refuses the call as written (a missing
+    ``cpp_sources``, an unknown keyword), raised before any build, as musaenv's hook raises it
+    (:func:`musaenv.worker.loader_hook.with_signature_of`); ``None`` when it binds or ``*``/``**`` arguments leave
+    it unknown."""
+    import inspect
+
+    from torch.utils.cpp_extension import load_inline
+
+    if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+        return None
+    try:
+        inspect.signature(load_inline).bind(*node.args, **{str(k.arg): k.value for k in node.keywords})
+    except TypeError as e:
+        return str(e)
+    return None
+
+
 def _call_verdict(kw: dict[str, Any]) -> str | None:
     try:
         spec = BuildSpec.from_load_inline({**kw, "name": "corpus"}, "cuda", compile_only=True).to_dict()
@@ -198,14 +218,17 @@ def classify(gen: Generation) -> Classified:
     except (SyntaxError, ValueError):
         out.reason = "python syntax error"
         return out
-    builds = find_builds(gen.text, build_symbols(tree))
+    sym = build_symbols(tree)
+    builds = find_builds(gen.text, sym)
+    calls = [n for n in sym.nodes if isinstance(n, ast.Call) and is_load_inline_name(sym.resolve(n.func))]
     out.calls = len(builds)
     if not builds:
         out.reason = "no load_inline call"
-    for b in builds:
+    for b, node in zip(builds, calls, strict=True):
         kw = _kwargs_of(b)
         out.kwargs.append(kw if isinstance(kw, dict) else {})
-        why = kw if isinstance(kw, str) else _call_verdict(kw)
+        refused = call_refused(node)
+        why = f"{REFUSED}: {refused}" if refused else kw if isinstance(kw, str) else _call_verdict(kw)
         out.reason = out.reason or why
     out.fast = out.reason is None
     return out
@@ -220,9 +243,12 @@ def share(rows: list[Classified]) -> dict[str, Any]:
     """Counts of the split's share over ``rows`` and the reasons of the rest (coarse: the text before ``:``)."""
     rec = [r for r in rows if recoverable(r)]
     fast = sum(r.fast for r in rec)
-    reasons = Counter(r.reason or "" for r in rec if not r.fast)
+    builds = [r for r in rec if not (r.reason or "").startswith(REFUSED)]  # calls that reach a build
+    reasons = Counter(re.sub(r"(?<=build): .*", "", r.reason or "") for r in rec if not r.fast)
     return {"generations": len(rows), "recoverable": len(rec), "fast": fast,
-            "fast_share": round(fast / len(rec), 4) if rec else None, "reasons": dict(reasons.most_common()),
+            "fast_share": round(fast / len(rec), 4) if rec else None, "builds": len(builds),
+            "fast_share_of_builds": round(fast / len(builds), 4) if builds else None,
+            "reasons": dict(reasons.most_common()),
             "unrecoverable": dict(Counter(r.reason for r in rows if not recoverable(r)).most_common())}  # fmt: skip
 
 
@@ -272,7 +298,8 @@ def main() -> None:
                                "share": shares(rows)}  # fmt: skip
     for part, s in results["share"].items():
         print(f"{part:18s} {s['generations']} generations, {s['recoverable']} recoverable, fast tier {s['fast']} "
-              f"({s['fast_share']}); reasons {s['reasons']}")  # fmt: skip
+              f"({s['fast_share']}; {s['fast_share_of_builds']} of the {s['builds']} that reach a build); "
+              f"reasons {s['reasons']}")  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))

@@ -10,9 +10,11 @@ can only explain it through a name they spell. :class:`TorchNames` holds what is
   pass, macro names and bodies included. A declaration of ``X`` (a variable, a function, an overload, a member, a
   ``using``) holds the token ``X`` there, so "identifier ``X`` is undefined" with ``X`` not among them cannot be
   cured by those headers.
-* ``macros``: macros the unsplit unit's headers define differently from the device unit at any point (defined in
-  one and not the other, or with another body, at the end or on the way), for either pass. A kernel that spells
-  one of them may read differently there, so none of its errors is judged without the headers.
+* ``macros``: macros the unsplit unit's headers define differently from the device unit wherever a candidate line
+  can be (defined in one and not the other, or with another body: after load_inline's header lines and after each
+  of the candidate's torch includes, in its order), for either pass. A kernel that spells one of them may read
+  differently there, so none of its errors is judged without the headers. A state inside a header that no
+  candidate line can see (glibc's ``assert.h`` undefines ``assert`` when included again) does not count.
 
 Both come from ``nvcc -E`` with the device step's own flags (so the same ``-std``, defines and include paths, i.e.
 the same language rules), once per set of flags and torch includes, cached in the header store
@@ -37,9 +39,12 @@ __all__ = ["TorchNames", "torch_includes", "torch_names"]
 
 log = logging.getLogger(__name__)
 
-_VERSION = 3  # of the record's format and of how it is computed: a change makes new keys
+_VERSION = 4  # of the record's format and of how it is computed: a change makes new keys
 _IDENT = re.compile(r"[A-Za-z_]\w*")
-_DIRECTIVE = re.compile(r"^\s*#\s*(define|undef)\s+(\w+)(.*)$", re.M)
+# A #define/#undef, or a line marker (``# 5 "file.cu" 2``: back in ``file.cu`` at its line 5).
+_DIRECTIVE = re.compile(
+    r'^(?:\s*#\s*(?P<kind>define|undef)\s+(?P<name>\w+)(?P<body>.*)|# (?P<marker>\d+) "(?P<file>[^"]*)".*)$', re.M
+)
 _TORCH_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](torch|ATen|c10|pybind11|Python\.h|caffe2)[^>"]*[>"]', re.M)
 _MACRO_CHANGE = re.compile(r"^\s*#\s*(define|undef)\b", re.M)
 
@@ -58,34 +63,43 @@ class TorchNames:
 
 
 def torch_includes(cuda_source: str) -> list[str] | None:
-    """The torch include lines of a CUDA source (the unsplit unit has them, the device unit not), or ``None`` when a
-    ``#define``/``#undef`` comes before one of them (it could change what that header declares)."""
+    """The torch include lines of a CUDA source in its order (the unsplit unit has them, the device unit not), or
+    ``None`` when a ``#define``/``#undef`` comes before one of them (it could change what that header declares)."""
     includes = [m.group(0).strip() for m in _TORCH_INCLUDE.finditer(cuda_source)]
     if not includes:
         return []
     last = max(m.start() for m in _TORCH_INCLUDE.finditer(cuda_source))
     if _MACRO_CHANGE.search(cuda_source[:last]):
         return None
-    return sorted(set(includes))
+    return list(dict.fromkeys(includes))  # the candidate's order: its lines between them see those states
 
 
-def _macros(text: str) -> tuple[dict[str, str], dict[str, set[str | None]]]:
-    """Of an ``-E -dD`` output: the final ``#define`` state (name -> body, parameters included), and every state
-    each name had on the way (``None``: undefined), since candidate code between two torch includes sees those."""
+def _macros(text: str, main: str = "", after: int = 0) -> tuple[dict[str, str], dict[str, set[str | None]]]:
+    """Of an ``-E -dD`` output: the final ``#define`` state (name -> body, parameters included), and the states
+    each name has at the lines of the ``main`` file below its line ``after`` (``None``: undefined), since candidate
+    code between two torch includes sees those. A line of ``main`` sees the state of the last line marker back in
+    ``main`` at or above it (an include that adds nothing leaves none). A state only inside a header (glibc's
+    ``assert.h``, included again, undefines ``assert`` and defines it anew) is seen by no candidate line."""
     state: dict[str, str] = {}
-    seen: dict[str, set[str | None]] = {}
+    looks: list[dict[str, str]] = []
     for m in _DIRECTIVE.finditer(text):
-        body = m.group(3).strip() if m.group(1) == "define" else None
-        if body is None:
-            state.pop(m.group(2), None)
-        else:
-            state[m.group(2)] = body
-        seen.setdefault(m.group(2), set()).add(body)
-    return state, seen
+        if m["marker"] is None:
+            if m["kind"] == "define":
+                state[m["name"]] = m["body"].strip()
+            else:
+                state.pop(m["name"], None)
+        elif m["file"] == main:
+            looks = [dict(state)] if int(m["marker"]) <= after + 1 else [*looks, dict(state)]
+    looks.append(state)
+    names = set().union(*looks)
+    return state, {n: {look.get(n) for look in looks} for n in names}
 
 
-def _preprocess(nvcc: str, flags: Sequence[str], lines: Sequence[str], tmp: Path, deadline: float) -> list[str]:
-    """``nvcc -E -dD`` of ``lines``, device pass then host pass; raises on any failure."""
+def _preprocess(
+    nvcc: str, flags: Sequence[str], lines: Sequence[str], tmp: Path, deadline: float
+) -> tuple[list[str], str]:
+    """``nvcc -E -dD`` of ``lines``, device pass then host pass, and the name its line markers give the file of
+    ``lines``; raises on any failure."""
     src = tmp / f"musaenv_names_{os.getpid()}_{len(lines)}.cu"
     src.write_text("\n".join(lines) + "\n")
     out = []
@@ -101,7 +115,7 @@ def _preprocess(nvcc: str, flags: Sequence[str], lines: Sequence[str], tmp: Path
             out.append(p.stdout)
     finally:
         src.unlink(missing_ok=True)
-    return out
+    return out, str(src)
 
 
 def _key(nvcc: str, flags: Sequence[str], includes: Sequence[str], device_prelude: Sequence[str]) -> str:
@@ -142,8 +156,8 @@ def torch_names(
         if path.exists():
             record = json.loads(path.read_text())
             return TorchNames(frozenset(record["tokens"]), frozenset(record["macros"]))
-        torch_out = _preprocess(nvcc, flags, [*unsplit_prelude, *includes], tmp, deadline)
-        device_out = _preprocess(nvcc, flags, list(device_prelude), tmp, deadline)
+        torch_out, torch_file = _preprocess(nvcc, flags, [*unsplit_prelude, *includes], tmp, deadline)
+        device_out, _ = _preprocess(nvcc, flags, list(device_prelude), tmp, deadline)
     except (OSError, ValueError, KeyError, RuntimeError, subprocess.SubprocessError) as e:
         log.info("the names torch's headers declare could not be had (%s): the unsplit check decides", e)
         return None
@@ -151,10 +165,10 @@ def torch_names(
     changed: set[str] = set()
     for t, d in zip(torch_out, device_out, strict=True):
         tokens.update(_IDENT.findall(t))
-        (tm, t_seen), (dm, d_seen) = _macros(t), _macros(d)
+        # Candidate lines see the unsplit unit's states below its prelude, the device unit's final one.
+        (tm, t_seen), (dm, _) = _macros(t, torch_file, len(unsplit_prelude)), _macros(d)
         changed.update(n for n in tm.keys() | dm.keys() if tm.get(n) != dm.get(n))
-        # A state on the way the device unit never has (CUDA's own #undef-then-#define happens in both units).
-        changed.update(n for n, bodies in t_seen.items() if bodies - d_seen.get(n, set()) - {dm.get(n)})
+        changed.update(n for n, bodies in t_seen.items() if bodies - {dm.get(n)})
     names = TorchNames(frozenset(tokens | changed), frozenset(changed))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

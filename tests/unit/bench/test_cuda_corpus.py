@@ -98,6 +98,23 @@ def test_shares_count_over_all_and_over_the_upstream_compiled(tmp_path: Path) ->
     assert up["reasons"] == {'not splittable: extern "C"': 1}
 
 
+def test_a_call_torchs_signature_refuses_reaches_no_build_and_is_counted_apart(tmp_path: Path) -> None:
+    # KernelBench generations that leave out cpp_sources: torch's load_inline raises TypeError before any build
+    # (musaenv's hook the same), so no tier builds them; the share over calls that reach a build leaves them out.
+    root = _corpus(tmp_path / "c")
+    (root / "p1_s6_kernel.py").write_text(_program().replace("cpp_sources=cpp_src, ", ""))
+    (root / "p1_s7_kernel.py").write_text(_program().replace("extra_cuda_cflags", "extra_cuda_flags"))
+    (root / "p1_s8_kernel.py").write_text(_program().replace('name="add", cpp_sources=cpp_src', '"add", cpp_src'))
+    rows = {c.name: c for c in map(classify, generations_from_files(read_directory(root)))}
+    assert "missing a required argument: 'cpp_sources'" in (rows["p1_s6"].reason or "") and not rows["p1_s6"].fast
+    assert "unexpected keyword argument 'extra_cuda_flags'" in (rows["p1_s7"].reason or "")
+    assert rows["p1_s8"].fast  # by position: bound
+    got = shares(list(rows.values()))["all"]
+    assert (got["recoverable"], got["builds"], got["fast"]) == (6, 4, 2)
+    assert got["fast_share_of_builds"] == pytest.approx(0.5)
+    assert got["reasons"]["load_inline refuses the call before any build"] == 2
+
+
 def test_strata_are_seeded_and_hold_only_their_kind(tmp_path: Path) -> None:
     root = tmp_path / "c"
     root.mkdir()

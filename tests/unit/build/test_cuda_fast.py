@@ -220,3 +220,18 @@ def test_a_template_kernel_under_at_dispatch_builds_through_the_split(bound, tmp
     res = cuda_fast_build(spec, name, tmp_path / "c", pch_cache_root())
     assert res is not None and not res.ok and "must have class type" in res.log, res
     assert "cuda.cu(" in res.log and 'compilation of "musaenv_device.cu"' not in res.log, res.log
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_a_template_kernel_that_asserts_is_judged_by_its_own_error(bound, tmp_path):
+    # The corpus's problem_47_sample_3 shape: ``assert`` (which torch's headers leave defined as the device unit's
+    # <cassert> does; glibc undefines it only inside assert.h) beside an ``extern __shared__ scalar_t`` array that
+    # the double and float instances declare incompatibly: the split's verdict, not the full check.
+    from tests.unit.build.test_cuda_split import KB_TEMPLATE
+
+    body = "extern __shared__ scalar_t s[];\n    assert(size >= 0);\n    int idx"
+    spec, name = _spec(KB_TEMPLATE.replace("int idx", body, 1))
+    res = cuda_fast_build(spec, name, tmp_path, pch_cache_root())
+    assert res is not None and not res.ok, res
+    assert 'declaration is incompatible with previous "s"' in res.log and res.log.startswith("== cuda: "), res.log

@@ -25,7 +25,9 @@ needs_nvcc = pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
 
 def test_torch_includes_are_the_candidates_torch_headers_unless_a_macro_precedes_them():
     src = "#include <torch/extension.h>\n#include <cuda_fp16.h>\n#include <ATen/cuda/CUDAContext.h>\n"
-    assert torch_includes(src) == ["#include <ATen/cuda/CUDAContext.h>", "#include <torch/extension.h>"]
+    # In the candidate's order: its lines between two of them see the state after the first.
+    assert torch_includes(src) == ["#include <torch/extension.h>", "#include <ATen/cuda/CUDAContext.h>"]
+    assert torch_includes(src + "#include <torch/extension.h>\n") == torch_includes(src)
     assert torch_includes("#include <cuda.h>\n__global__ void k() {}\n") == []
     # A macro defined before a torch header may change what it declares: not judged without it.
     assert torch_includes("#define AT_PER_OPERATOR_HEADERS\n#include <ATen/ops/add.h>\n") is None
@@ -62,6 +64,8 @@ def test_the_names_of_torchs_headers_come_from_the_preprocessed_unsplit_unit(tmp
     assert names is not None
     assert {"TORCH_CHECK", "CUDA_KERNEL_ASSERT", "C10_HOST_DEVICE"} <= names.macros  # torch's, not CUDA's
     assert "__global__" not in names.macros and "M_PI" not in names.macros  # the same in the device unit
+    # Undefined only inside headers, where no candidate line is (glibc's assert.h included again; c10's helpers).
+    assert "assert" not in names.macros and "C10_NVCC" not in names.macros
     assert {"half2", "max", "Tensor", "M_PI"} <= names.tokens and "M_SQRT_2" not in names.tokens
     # Kept in the header store: the second ask reads it (no time left to compute anything).
     assert torch_names(tmp_path / "store", *args, time.monotonic()) == names
@@ -100,9 +104,43 @@ def test_a_kernel_that_needs_torchs_headers_falls_back_and_builds_as_written(bou
     assert check.ok, check.log[-2000:]
 
 
-def test_a_macro_torchs_headers_define_and_undefine_again_still_counts():
+# ``nvcc -E -dD`` of load_inline's 3 header lines and 2 torch includes (gcc's line markers: ``# 4 "u.cu" 2`` is
+# back in u.cu at its line 4). b.h undefines A (candidate lines between the two includes see A only from a.h);
+# assert.h, included again inside b.h, undefines ``assert`` and defines it anew before any candidate line.
+UNSPLIT_E = """# 0 "u.cu"
+#define __GNUC__ 13
+# 1 "u.cu"
+# 1 "types.h" 1
+#define T 1
+#define assert(e) ((void)0)
+#define C10_NVCC 1
+#undef C10_NVCC
+# 2 "u.cu" 2
+# 1 "a.h" 1
+#define A 1
+# 5 "u.cu" 2
+# 1 "b.h" 1
+#undef A
+#undef assert
+#define assert(e) ((void)0)
+#define B(x) x
+# 6 "u.cu" 2
+"""
+
+
+def test_the_macro_states_counted_are_those_a_candidate_line_sees():
     from musaenv.build.cuda_names import _macros
 
-    final, seen = _macros("#define A 1\n#define B(x) x\n#undef A\n#define C 2\n")
-    assert final == {"B": "(x) x", "C": "2"}
-    assert seen["A"] == {"1", None}  # candidate code between two torch includes may have seen A defined
+    final, seen = _macros(UNSPLIT_E, "u.cu", 3)
+    assert final == {"__GNUC__": "13", "T": "1", "assert": "(e) ((void)0)", "B": "(x) x"}
+    assert seen["A"] == {"1", None}  # candidate lines between the two torch includes see A defined, later not
+    assert seen["B"] == {"(x) x", None} and seen["T"] == {"1"}  # after the header lines only (line 4 on)
+    assert seen["assert"] == {"(e) ((void)0)"}  # its undefinition inside b.h is seen by no candidate line
+    assert "C10_NVCC" not in seen  # defined and undefined inside a header: no candidate line sees it
+    # Line 4 of u.cu (the first candidate line) sees what types.h left: the last marker at or above it.
+    _, prelude_only = _macros(UNSPLIT_E, "u.cu", 4)
+    assert prelude_only["A"] == {"1", None} and prelude_only["T"] == {"1"}
+    # Without line markers of the main file only the final state counts (the device unit: all its lines are above
+    # the candidate's).
+    _, device = _macros(UNSPLIT_E)
+    assert "A" not in device and device["B"] == {"(x) x"} and device["assert"] == {"(e) ((void)0)"}
