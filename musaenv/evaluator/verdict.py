@@ -16,7 +16,7 @@ from musaenv.evaluator.plan import first_use_calls
 from musaenv.evaluator.reference import RefOutputs
 from musaenv.timing.paired import PairedSamples, fault_extra, outside_work, paired_evidence, sample_mismatch
 from musaenv.types import EvalResult, Stage, TimingStats, build_tier_of
-from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
+from musaenv.verification.compare import compare_outputs, compare_stressed, fingerprints_agree, trivial_output_passes
 from musaenv.verification.rules import by_layer, message
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
 
@@ -131,7 +131,7 @@ def compare_trials(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float)
             skipped.append(f"trial {i + 1} ({stress.describe()}): {skip}")
             mask.append(False)
             continue
-        cmp = compare_outputs(arrays, rarr, atol, rtol, dtypes, rdt)
+        cmp = (compare_outputs if stress is None else compare_stressed)(arrays, rarr, atol, rtol, dtypes, rdt)
         if cmp.max_abs_error is not None:
             worst_abs = max(worst_abs or 0.0, cmp.max_abs_error)
             worst_rel = max(worst_rel or 0.0, cmp.max_rel_error or 0.0)

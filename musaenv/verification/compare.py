@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TrialComparison", "compare_outputs", "fingerprints_agree", "trivial_output_passes"]
+__all__ = ["TrialComparison", "compare_outputs", "compare_stressed", "fingerprints_agree", "trivial_output_passes"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,35 @@ def compare_outputs(
                 f"(max abs error {t.max_abs:.3g})",
             )
     return TrialComparison(True, worst_abs, worst_rel)
+
+
+# A stress trial (inputs scaled 50-100x) scales the rounding error of every output that is a sum of large terms
+# while its value stays small, so an honest kernel summing in another order than torch can miss the task's tolerance
+# at a few such elements: l3_attention's shipped kernel failed 1 of 13,320 values at 2.4x the tolerance once in a
+# CI run. What stress trials are for fails grossly (NaN from exp without the max subtracted; a one-pass variance off
+# by 1.7 at a mean of 1000): a failure counts when any value is off by more than STRESS_SLACK times the tolerance,
+# or more than STRESS_OUTLIERS of them (and more than one) miss it.
+STRESS_SLACK = 10.0
+STRESS_OUTLIERS = 1e-3
+
+
+def compare_stressed(
+    cand: Sequence[np.ndarray],
+    ref: Sequence[np.ndarray],
+    atol: float,
+    rtol: float,
+    cand_dtypes: Sequence[str] | None = None,
+    ref_dtypes: Sequence[str] | None = None,
+) -> TrialComparison:
+    """:func:`compare_outputs` for a stress trial: a miss of rounding size at a few values is not a failure."""
+    cmp = compare_outputs(cand, ref, atol, rtol, cand_dtypes, ref_dtypes)
+    if cmp.passed or not compare_outputs(cand, ref, STRESS_SLACK * atol, STRESS_SLACK * rtol).passed:
+        return cmp
+    tallies = [_tally(c, r, atol, rtol) for c, r in zip(cand, ref)]
+    bad, finite = sum(t.n_bad for t in tallies), sum(t.n_finite for t in tallies)
+    if bad > max(1.0, STRESS_OUTLIERS * finite):
+        return cmp
+    return TrialComparison(True, cmp.max_abs_error, cmp.max_rel_error)
 
 
 def _finite_chunks(r: np.ndarray) -> Iterator[np.ndarray]:
