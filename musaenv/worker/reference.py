@@ -105,7 +105,7 @@ def stress_skip(model: Any, inputs: list[Any], outs: list[Any], atol: float, rto
     """Why a stress trial's reference outputs ``outs`` (of ``model`` on ``inputs``) do not count, or ``""``: an
     output is not finite, or a copy of the model in float64 disagrees (:data:`CONDITION_SHARE`), or cannot run."""
     tensors = [o for o in outs if isinstance(o, torch.Tensor)]
-    if any(o.is_floating_point() and not bool(torch.isfinite(o).all()) for o in tensors):
+    if any(o.is_floating_point() and not _all_finite(o) for o in tensors):
         return "the reference's outputs are not finite on these inputs"
     if not any(o.is_floating_point() for o in tensors):
         return ""  # integer outputs (argmax, ...): exact, nothing to condition
@@ -118,9 +118,28 @@ def stress_skip(model: Any, inputs: list[Any], outs: list[Any], atol: float, rto
         return f"the reference could not run in float64 to check its conditioning ({type(e).__name__})"
     share = CONDITION_SHARE
     for o, w in zip(tensors, wide):
-        if o.is_floating_point() and not torch.allclose(o.double(), w.double(), atol=atol * share, rtol=rtol * share):
+        if o.is_floating_point() and not _close(o.double(), w.double(), atol * share, rtol * share):
             return f"the reference in {str(o.dtype).replace('torch.', '')} and in float64 disagree (ill-conditioned)"
     return ""
+
+
+def _all_finite(o: torch.Tensor) -> bool:
+    """No NaN or Inf in ``o``. Narrower floats are summed in float64, where no sum of finite values overflows and
+    every NaN or Inf carries through: one 2M-element reduction (0.3 ms) instead of ``isfinite(o).all()`` (13 ms)."""
+    if o.dtype == torch.float64 or o.is_complex():
+        return bool(torch.isfinite(o).all())
+    return bool(torch.isfinite(o.sum(dtype=torch.float64)))
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    """``torch.allclose(a, b, atol, rtol)`` (NaN never close) for the float64 outputs of a stress trial, in two
+    temporaries and one reduction: 9 ms on 2M elements where ``allclose`` takes 90 (it was most of a stress trial's
+    cost). Every ``|a - b| - rtol |b| <= atol``, read from their maximum (a NaN anywhere makes it NaN: not close)."""
+    if a.numel() == 0 and b.numel() == 0:
+        return True
+    d = torch.sub(a, b).abs_()
+    d.sub_(b.abs().mul_(rtol))
+    return bool(d.max() <= atol)
 
 
 def _run(chan: Channel, req: ReferenceRequest, program: ProgramModule, drawn: DrawnInputs) -> None:

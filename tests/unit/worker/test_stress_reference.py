@@ -59,3 +59,36 @@ def test_integer_outputs_need_no_conditioning():
             return x.argmax(dim=-1)
 
     assert _judge(Argmax(), torch.randn(4, 8) * 60.0) == ""
+
+
+def test_the_fast_tolerance_check_agrees_with_allclose():
+    from musaenv.worker.reference import _close
+
+    torch.manual_seed(0)
+    b = torch.randn(64, 33, dtype=torch.float64) * 50
+    cases = [b.clone(), b + 1e-6, b * (1 + 3e-5), b + 2e-4, b.neg()]
+    edge = b.clone()
+    edge[3, 4] = float("nan")
+    cases.append(edge)
+    for a in cases:
+        for atol, rtol in [(1e-4, 1e-4), (2.5e-5, 2.5e-5), (0.0, 1e-5), (1e-3, 0.0)]:
+            assert _close(a, b, atol, rtol) == torch.allclose(a, b, atol=atol, rtol=rtol), (atol, rtol)
+    nan_ref = b.clone()
+    nan_ref[0, 0] = float("nan")
+    assert not _close(b, nan_ref, 1.0, 1.0)  # a NaN on either side is never close (allclose without equal_nan)
+    assert _close(torch.empty(0, dtype=torch.float64), torch.empty(0, dtype=torch.float64), 1e-4, 1e-4)
+
+
+def test_the_fast_finiteness_check_sees_every_nan_and_inf():
+    from musaenv.worker.reference import _all_finite
+
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        big = torch.full((1000,), torch.finfo(dtype).max, dtype=dtype)
+        assert _all_finite(big)  # a sum of the largest finite values is finite in float64 (no false overflow)
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            x = big.clone()
+            x[517] = bad
+            assert not _all_finite(x), (dtype, bad)
+        mixed = big.clone()
+        mixed[0], mixed[1] = float("inf"), float("-inf")  # inf - inf: NaN in the sum, still caught
+        assert not _all_finite(mixed)
