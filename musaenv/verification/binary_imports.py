@@ -36,7 +36,7 @@ from musaenv.verification.allowlists import (
     policy_severity,
 )
 from musaenv.verification.findings import Finding
-from musaenv.verification.libtorch_symbols import exported_c_symbols
+from musaenv.verification.libtorch_symbols import aten_op_structs, exported_c_symbols
 
 __all__ = ["binary_findings", "imported_symbols", "judge_symbol"]
 
@@ -98,17 +98,14 @@ _VENDOR = re.compile(
 )
 
 
-@functools.lru_cache(maxsize=1)
 def _op_names() -> dict[str, str]:
-    """``at::_ops`` struct name -> aten op name, from torch's own schemas (``add_Tensor`` -> ``add``)."""
-    import torch
+    """``at::_ops`` struct name -> aten op name (``add_Tensor`` -> ``add``), from torch's own schemas."""
+    return aten_op_structs()
 
-    ops: dict[str, str] = {}
-    for s in torch._C._jit_get_all_schemas():
-        ns, _, name = s.name.partition("::")
-        if ns == "aten":
-            ops[f"{name}_{s.overload_name}" if s.overload_name else name] = name
-    return ops
+
+@functools.lru_cache(maxsize=1)
+def _op_name_set() -> frozenset[str]:
+    return frozenset(aten_op_structs().values())
 
 
 def _plain_name(demangled: str) -> str:
@@ -142,7 +139,7 @@ def judge_symbol(name: str) -> tuple[str, bool] | None:
         return "library_compute", True
     if parts[0] == "at" and len(parts) == 3 and parts[1] in _KERNEL_NAMESPACES:
         op = parts[2]
-        if op in set(_op_names().values()) and op not in PLUMBING_OPS:
+        if op in _op_name_set() and op not in PLUMBING_OPS:
             return "library_compute", True
         return None
     if len(parts) == 1 and (_VENDOR.match(name) or name in exported_c_symbols()):

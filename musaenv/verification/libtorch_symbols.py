@@ -21,12 +21,13 @@ import importlib.util
 import json
 import logging
 import subprocess
+import sys
 from pathlib import Path
 
 from musaenv import _env
 from musaenv.isolation.integrity import read_sealed, write_sealed
 
-__all__ = ["exported_c_symbols", "symbol_flag"]
+__all__ = ["aten_op_structs", "exported_c_symbols", "symbol_flag"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,65 @@ def _nm(path: Path) -> set[str]:
     return names
 
 
+def _libs_ident(libs: list[Path]) -> str:
+    return json.dumps([[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in libs])
+
+
+# Run in a child interpreter: importing torch in the parent (which never needs it otherwise) cost 3.3 s on the
+# first binary judgement of every process, and some 300 MB of its memory for the rest of its life.
+_SCHEMA_SCRIPT = """
+import json, torch
+ops = {}
+for s in torch._C._jit_get_all_schemas():
+    ns, _, name = s.name.partition("::")
+    if ns == "aten":
+        ops[f"{name}_{s.overload_name}" if s.overload_name else name] = name
+print(json.dumps(ops))
+"""
+
+
+def _schema_ops_here() -> dict[str, str]:
+    import torch  # the fallback when no child interpreter can run it
+
+    ops: dict[str, str] = {}
+    for s in torch._C._jit_get_all_schemas():
+        ns, _, name = s.name.partition("::")
+        if ns == "aten":
+            ops[f"{name}_{s.overload_name}" if s.overload_name else name] = name
+    return ops
+
+
+@functools.lru_cache(maxsize=1)
+def aten_op_structs() -> dict[str, str]:
+    """``at::_ops`` struct name -> aten op name, from the installed torch's own schemas (``add_Tensor`` -> ``add``).
+
+    Read once per torch installation in a child interpreter and kept sealed on disk (a list with plumbing names
+    added would let library compute pass), so the parent process never imports torch for it.
+    """
+    libs = _torch_libs()
+    cache = None
+    if libs:
+        ident = _libs_ident(libs)
+        cache = _env.cache_dir() / "symbols" / f"ops-{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
+        body = read_sealed(cache, "aten_op_structs")
+        if body is not None and body.get("ident") == ident and isinstance(body.get("ops"), dict):
+            return dict(body["ops"])
+    if "torch" in sys.modules:  # imported already (a worker, a test): read here, in 60 ms
+        return _schema_ops_here()
+    try:
+        out = subprocess.run([sys.executable, "-c", _SCHEMA_SCRIPT], capture_output=True, text=True, timeout=300)
+        ops = json.loads(out.stdout) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        ops = None
+    if not isinstance(ops, dict) or not ops:
+        log.warning("could not read torch's schemas in a child interpreter; reading them in this process")
+        return _schema_ops_here()
+    if cache is not None:
+        with contextlib.suppress(OSError):
+            write_sealed(cache, "aten_op_structs", {"ident": ident, "ops": ops})
+    return ops
+
+
 @functools.lru_cache(maxsize=1)
 def exported_c_symbols() -> frozenset[str]:
     """Unmangled functions and objects the installed torch libraries export (cached per library build on disk).
@@ -64,7 +124,7 @@ def exported_c_symbols() -> frozenset[str]:
     libs = _torch_libs()
     if not libs:
         return frozenset()
-    ident = json.dumps([[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in libs])
+    ident = _libs_ident(libs)
     cache = _env.cache_dir() / "symbols" / f"{hashlib.sha256(ident.encode()).hexdigest()[:24]}.json"
     body = read_sealed(cache, "libtorch_symbols")  # sealed: a shortened list would lift bans
     if body is not None and body.get("ident") == ident:

@@ -87,3 +87,30 @@ def test_library_compute_follows_the_policy_and_the_rest_does_not(tmp_path: Path
     lenient = {(f.flag, f.severity) for f in binary_findings(so, "kernelbench")}
     assert lenient == {("vendor_library", "warning"), ("dynamic_code", "error")}
     assert {(f.flag, f.severity) for f in binary_findings(so, "off")} == {("dynamic_code", "error")}
+
+
+def test_the_op_schemas_are_read_without_torch_in_the_judging_process(tmp_path):
+    """The parent judges binaries and never imports torch for it: the schema list comes from a child interpreter
+    once, then from the sealed cache (a process that imported torch anyway reads it in place)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from musaenv.verification.libtorch_symbols import _schema_ops_here
+
+    script = (
+        "import json, sys; from musaenv.verification.libtorch_symbols import aten_op_structs; "
+        "d = aten_op_structs(); print(json.dumps([d, 'torch' in sys.modules]))"
+    )
+    env = {**os.environ, "MUSAENV_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):  # the first from the child interpreter, the second from the sealed file it left
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    assert list((tmp_path / "symbols").glob("ops-*.json"))
+    here = _schema_ops_here()
+    for ops, imported_torch in runs:
+        assert not imported_torch
+        assert ops == here and ops["add_Tensor"] == "add"
