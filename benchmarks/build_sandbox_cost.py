@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from core_costs import ours_build, relu_cpp
 
-from musaenv.build.loader import BuildSpec, build_extension, configure_builds
 from musaenv.isolation.build_jail import run_confined
+from musaenv.toolchains.loader import BuildSpec, build_extension, configure_builds
 
 
 def _jail_only(reps: int) -> list[float]:

@@ -88,11 +88,11 @@ def plain(cpp: str, flags: list[str]) -> dict[str, Any]:
 
 def ours(cpp: str, flags: list[str]) -> dict[str, Any]:
     """musaenv's build (a cold one: the source is new), wall and CPU of the builder."""
-    from musaenv.build.loader import BuildSpec, build_extension
+    from musaenv.toolchains.loader import BuildSpec, build_extension
 
     spec = BuildSpec.from_load_inline({"cpp_sources": cpp, "functions": ["relu_forward"], "extra_cflags": flags},
                                       "cpu")  # fmt: skip
-    from musaenv.build.warmup import wait_background
+    from musaenv.toolchains.warmup import wait_background
 
     cpu0, t0 = _cpu(), time.perf_counter()
     res = build_extension(spec, timeout_s=1800)
@@ -119,7 +119,7 @@ def builds(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Phases 1-3."""
     from core_costs import relu_cpp
 
-    from musaenv.build.warmup import wait_background, warmup
+    from musaenv.toolchains.warmup import wait_background, warmup
 
     def fresh() -> str:
         return relu_cpp(uuid.uuid4().hex)

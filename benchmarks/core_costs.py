@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from musaenv import _env
-from musaenv.build.loader import BuildSpec, build_extension
+from musaenv.toolchains.loader import BuildSpec, build_extension
 
 SOLUTION = Path(__file__).resolve().parents[1] / "musaenv" / "tasks" / "solutions" / "cpu" / "l1_relu.py"
 
@@ -84,7 +84,7 @@ _HIT = """
 import sys, time
 from pathlib import Path
 t = time.perf_counter()
-from musaenv.build.loader import BuildSpec, build_extension
+from musaenv.toolchains.loader import BuildSpec, build_extension
 spec = BuildSpec.from_load_inline({"cpp_sources": open(sys.argv[1]).read(), "functions": ["relu_forward"],
                                   "extra_cflags": ["-O3"]}, "cpu")
 res = build_extension(spec, root=Path(sys.argv[2]))

@@ -8,7 +8,7 @@ nothing is cached):
   of torch needs three things of the environment to finish, none of the candidate: ``CUDA_HOME``, the c10/cuda
   define and empty stand-ins for ``libc10_cuda``/``libtorch_cuda``, as ``tests/fidelity/truth.py`` does).
 * ``musaenv``: ``build_extension`` of the compile-only spec in a fresh process with an empty extension cache (no
-  cached verdict), default build mode: the CUDA split (:mod:`musaenv.build.cuda_fast`) when it applies.
+  cached verdict), default build mode: the CUDA split (:mod:`musaenv.toolchains.cuda_fast`) when it applies.
 * ``full`` (``--full``): the same check with build mode ``torch``: the unsplit check of the source as written.
 * a kernel error (a syntax error in an extra kernel) in the first candidate, musaenv's check only.
 
@@ -65,7 +65,7 @@ print("RESULT", json.dumps({"seconds": time.perf_counter() - t,
 _MUSAENV = """
 import json, sys
 from pathlib import Path
-from musaenv.build.loader import BuildSpec, build_extension, configure_builds
+from musaenv.toolchains.loader import BuildSpec, build_extension, configure_builds
 kw, root, mode = json.loads(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 configure_builds(mode=mode)
 out = build_extension(BuildSpec.from_load_inline(kw, "cuda", compile_only=True), timeout_s=900, root=root)
@@ -136,7 +136,7 @@ def plain(kw: dict[str, Any], work: Path) -> dict[str, Any]:
 
 def _warm_headers(cflags: list[str]) -> dict[str, Any]:
     """``musaenv warmup`` of one C++ flag set (types header and binding objects), wall and builders' CPU."""
-    from musaenv.build.warmup import warmup
+    from musaenv.toolchains.warmup import warmup
 
     before, t = _children_cpu(), time.perf_counter()
     rows = warmup([tuple(cflags)], full=False, say=lambda line: None)
@@ -188,7 +188,7 @@ extern "C" __global__ void tiled_matmul(const float* a, const float* b, float* c
 
 def cupy_compile() -> dict[str, Any]:
     """Each CuPy kernel compiled by NVRTC through CuPy for sm_90 without a GPU: cold first call, then warm."""
-    from musaenv.build.cupy_nvrtc import nvrtc_compile
+    from musaenv.toolchains.cupy_nvrtc import nvrtc_compile
 
     out: dict[str, Any] = {}
     for i, (name, src) in enumerate(CUPY_KERNELS.items()):

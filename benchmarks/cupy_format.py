@@ -35,7 +35,7 @@ CASES = {
     "broken_relu": ("l1_relu", cc.BROKEN_RELU_CUPY),
 }
 _COLD = (
-    "import time; t = time.perf_counter(); from musaenv.build.cupy_nvrtc import nvrtc_compile; "
+    "import time; t = time.perf_counter(); from musaenv.toolchains.cupy_nvrtc import nvrtc_compile; "
     "r = nvrtc_compile('extern \"C\" __global__ void k(float* x) { x[threadIdx.x] = 1.f; } // {tag}'); "
     "print(r.ok, round(time.perf_counter() - t, 4), r.seconds)"
 )

@@ -30,10 +30,10 @@ if str(ROOT) not in sys.path:  # the adversarial suite's candidates are rendered
     sys.path.insert(0, str(ROOT))
 
 from musaenv import _env  # noqa: E402
-from musaenv.build.warmup import background_tree  # noqa: E402
 from musaenv.config import EvalConfig, TimingConfig  # noqa: E402
 from musaenv.isolation.proctree import descendants, is_zombie  # noqa: E402
 from musaenv.tasks.builtin import solution_source  # noqa: E402
+from musaenv.toolchains.warmup import background_tree  # noqa: E402
 from musaenv.vector import make_vector_env  # noqa: E402
 
 TASK = "l1_relu"

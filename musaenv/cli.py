@@ -33,7 +33,7 @@ def progress(label: str, enabled: bool = True) -> Iterator[None]:
 
 def _cmd_warmup(args: argparse.Namespace) -> int:
     """``musaenv warmup`` with a progress display: each flag set builds for a minute or more, silently."""
-    from musaenv.build import warmup
+    from musaenv.toolchains import warmup
 
     with _ItemProgress(enabled=True, desc="warmup") as shown:
         return warmup._cmd_warmup(args, starting=shown.starting, finished=shown.finished)
@@ -181,7 +181,7 @@ def _demo_responses(task_id: str) -> list[str]:
 
 
 def _first_use_note(quiet: bool) -> None:
-    from musaenv.build.warmup import first_use_note
+    from musaenv.toolchains.warmup import first_use_note
 
     note = None if quiet else first_use_note()
     if note:
@@ -275,7 +275,7 @@ def _optional_subcommands() -> list[Callable[[Any], None]]:
         ("musaenv.bench.cli", "add_bench_subparser"),
         ("musaenv.rl.dataset", "add_dataset_subparser"),
         ("musaenv.rl.adapters.openenv_server", "add_serve_subparser"),
-        ("musaenv.build.warmup", "add_warmup_subparser"),
+        ("musaenv.toolchains.warmup", "add_warmup_subparser"),
     ):
         try:
             mod = __import__(module, fromlist=[fn])

@@ -221,7 +221,7 @@ class EvalConfig(_Config):
             instead of starting a fresh interpreter for each (about 1.5 s of CPU each here). Each candidate still
             gets its own new process; ``False`` is the slower, simplest path.
         triton_aot_arch: Triton without a GPU: a candidate the interpreter finds correct is also compiled to a
-            cubin for ``sm_<arch>`` at the task's first GPU-tier shape (:mod:`musaenv.build.triton_aot`); a
+            cubin for ``sm_<arch>`` at the task's first GPU-tier shape (:mod:`musaenv.toolchains.triton_aot`); a
             kernel that does not compile is a ``compile_error``. ``None`` skips this check (saves ~4-7 s each).
         secret_plans: Mix 16 bytes of ``os.urandom`` into every evaluation's plan (trial inputs, rechecked and
             probed timed calls), so knowing the seed (``--seed``, an env's reset seed, a parent's argv) does not

@@ -12,7 +12,7 @@ import pytest
 # the expensive part of these tests, and a cache hit is exactly what a user gets on a second episode.
 os.environ.setdefault("MUSAENV_CACHE_DIR", str(Path(tempfile.gettempdir()) / "musaenv-test-cache"))
 # Background header builds for a build's own flags only: the common flag sets (minutes of CPU) would compete with
-# the suite's timings (tests/unit/build/test_warmup_background.py covers that they are queued).
+# the suite's timings (tests/unit/toolchains/test_warmup_background.py covers that they are queued).
 os.environ.setdefault("MUSAENV_BACKGROUND_WARMUP", "wanted")
 
 

@@ -59,7 +59,8 @@ class Backend:
         loader_module: Its own loader module, whose ``load_inline`` and ``load`` the worker replaces too.
         loader_call: What the prompt names as the call that builds kernels.
         toolchain: The builder's toolchain for its device sources (``mcc``: torch_musa's ``load_inline``;
-            ``torch``: torch's own, whatever compiler it drives); empty: the CUDA tiers of :mod:`musaenv.build.builder`.
+            ``torch``: torch's own, whatever compiler it drives); empty: the CUDA tiers of
+            :mod:`musaenv.toolchains.builder`.
         compile_check: ``module:function`` the confined builder runs for a compile-only build instead of the CUDA
             check (``function(spec, tmp)`` returns the builder's result: ``ok``, ``log``, ``tier``).
         worker_hook: ``module:function`` installed in the candidate's worker before the candidate loads

@@ -4,7 +4,7 @@ While :meth:`CudaView.active` is entered, tensors report ``is_cuda``, ``device.t
 ``get_device() == 0`` while holding CPU memory; ``device="cuda"`` arguments, ``.cuda()`` and ``.to("cuda")`` stay
 on the CPU; ``torch.cuda.is_available/device_count/current_device/synchronize`` answer as one idle GPU would. The
 candidate worker (:mod:`musaenv.worker.triton_hook`) enters it around the candidate's own code only; the GPU
-compile check (:mod:`musaenv.build.triton_aot`) around loading and constructing the candidate. Nothing else in
+compile check (:mod:`musaenv.toolchains.triton_aot`) around loading and constructing the candidate. Nothing else in
 ``torch.cuda`` is emulated: it fails as on a CPU build of torch, and the worker reports that as "needs a GPU".
 """
 

@@ -177,4 +177,4 @@ def _log_to_stderr() -> None:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
         logging.getLogger("musaenv.progress").setLevel(logging.INFO)
         # waits for a build or run slot (memory short, or every slot busy): a person watching sees why it paused
-        logging.getLogger("musaenv.build.admission").setLevel(logging.INFO)
+        logging.getLogger("musaenv.toolchains.admission").setLevel(logging.INFO)

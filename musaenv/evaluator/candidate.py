@@ -18,8 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from musaenv.build.flags import check_spec_flags
-from musaenv.build.loader import BuildOutcome, BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
 from musaenv.evaluator.memory import oom_kills
@@ -43,6 +41,8 @@ from musaenv.isolation.messages import (
 )
 from musaenv.isolation.process import WorkerProcess
 from musaenv.timing.paired import PairedSamples
+from musaenv.toolchains.flags import check_spec_flags
+from musaenv.toolchains.loader import BuildOutcome, BuildSpec, build_extension
 from musaenv.types import BuildRecord
 
 __all__ = ["CandidateRun", "drive_candidate"]
@@ -195,7 +195,7 @@ def _note(run: CandidateRun, record: dict[str, Any]) -> None:
 
 def _record(outcome: BuildOutcome) -> dict[str, Any]:
     """The build record of one served build: its tier and the faster paths that did not apply, as the build
-    service reported them (:mod:`musaenv.build.loader`)."""
+    service reported them (:mod:`musaenv.toolchains.loader`)."""
     tier, declined = outcome.extra.get("tier"), outcome.extra.get("declined") or []
     return BuildRecord(outcome.name, outcome.ok, outcome.seconds, outcome.cached,
                        tier=tier if isinstance(tier, str) and tier else None,
@@ -268,7 +268,7 @@ def drive_candidate(
     while their builds, input drawing and (on the CPU) correctness trials overlap. ``pairer`` starts the
     reference's side of paired timing (the request's timing plan then says ``paired``); it is called once the
     device slot is held, and the parent then times both workers call by call (:mod:`musaenv.evaluator.pairing`).
-    ``memory_slot`` (a machine-wide run admission by memory, :mod:`musaenv.build.admission`) is taken before the
+    ``memory_slot`` (a machine-wide run admission by memory, :mod:`musaenv.toolchains.admission`) is taken before the
     device slot, at the first of the trials or the timing, while the worker waits for its go-ahead (not its time).
     """
     with ExitStack() as stack:

@@ -18,7 +18,7 @@ from musaenv.isolation.proctree import descendants, kill_tree
 
 __all__ = ["interrupted", "kill_running"]
 
-_PARTS = ("musaenv.worker.candidate", "musaenv.build.builder", "musaenv.build.triton_aot")
+_PARTS = ("musaenv.worker.candidate", "musaenv.toolchains.builder", "musaenv.toolchains.triton_aot")
 _SERVER = "musaenv.isolation.forkserver"
 
 

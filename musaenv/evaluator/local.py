@@ -19,8 +19,6 @@ from typing import Any
 
 from musaenv import _env
 from musaenv.backends import BackendInfo, get_backend, resolve_backend
-from musaenv.build.admission import admitted, run_need_mb
-from musaenv.build.loader import sweep_stale_builds
 from musaenv.config import EvalConfig
 from musaenv.errors import ConfigError
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
@@ -37,6 +35,8 @@ from musaenv.isolation.process import worker_env as process_env
 from musaenv.tasks.external import check_memory
 from musaenv.tasks.parsing import extract_candidate
 from musaenv.tasks.task import Task
+from musaenv.toolchains.admission import admitted, run_need_mb
+from musaenv.toolchains.loader import sweep_stale_builds
 from musaenv.types import EvalResult, Stage
 from musaenv.verification.runtime import RuntimeSettings
 
@@ -74,7 +74,7 @@ class LocalEvaluator:
     killed with everything it started when the evaluation ends. Workers are forked from a fork server that has
     imported torch once (:mod:`musaenv.isolation.forkserver`; ``EvalConfig.fork_server=False`` starts a fresh
     interpreter per worker instead). Builds go through the content-addressed
-    cache of :mod:`musaenv.build.loader`. Reference outputs come from a separate, long-lived worker.
+    cache of :mod:`musaenv.toolchains.loader`. Reference outputs come from a separate, long-lived worker.
 
     Args:
         backend: Backend name or a resolved :class:`BackendInfo`.
@@ -195,7 +195,7 @@ class LocalEvaluator:
         return budget
 
     def _run_admission(self, task: Task) -> AbstractContextManager[float]:
-        """A machine-wide run slot admitted by the memory this task's workers need (:mod:`musaenv.build.admission`:
+        """A machine-wide run slot admitted by the memory this task's workers need (:mod:`musaenv.toolchains.admission`:
         two workers' footprint plus the reference's measured peak); taken before the device slot, never inside it."""
         need = run_need_mb(self._reference.task_peaks.get(task.source_hash))
         return admitted("worker", task.id, need_mb=need, family="run")
@@ -404,7 +404,7 @@ class LocalEvaluator:
         interpreted = get_backend(self.backend.name).cpu_interpreter and self.backend.device == "cpu"
         if not (interpreted and arch) or not result.is_correct:
             return result
-        from musaenv.build.triton_aot import triton_aot_check
+        from musaenv.toolchains.triton_aot import triton_aot_check
 
         gpu_shapes = task.shapes_for("gpu")
         check = triton_aot_check(
@@ -446,7 +446,7 @@ class LocalEvaluator:
         if not report.errors:
             return tuple(report.warning_flags)
         # Unparseable sources are a format problem, not a cheat.
-        # So are builds musaenv does not perform (flags outside the allow-list, musaenv.build.flags).
+        # So are builds musaenv does not perform (flags outside the allow-list, musaenv.toolchains.flags).
         unparseable = all(f.flag in ("syntax_error", "too_complex", "build_flag_refused") for f in report.errors)
         return EvalResult(
             stage=Stage.FORMAT_ERROR if unparseable else Stage.CHEATING,

@@ -20,7 +20,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from musaenv.build.faults import oom_kill_count
+from musaenv.toolchains.faults import oom_kill_count
 
 __all__ = ["PeakMeter", "candidate_budget_mb", "host_share_mb", "oom_kills", "status_mb"]
 
@@ -37,7 +37,7 @@ def status_mb(pid: int, field: str) -> float | None:
 
 
 def oom_kills() -> int | None:
-    """Processes the kernel's OOM killer has killed since boot (:func:`musaenv.build.faults.oom_kill_count`);
+    """Processes the kernel's OOM killer has killed since boot (:func:`musaenv.toolchains.faults.oom_kill_count`);
     ``None`` when unreadable. A worker SIGKILLed while it rose was most likely taken by the OOM killer."""
     return oom_kill_count()
 

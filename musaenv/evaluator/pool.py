@@ -5,7 +5,7 @@ An :class:`EvaluatorPool` runs up to ``compile_workers + len(devices)`` evaluati
 Two bounds decouple the stages:
 
 * **compile slots**: at most ``compile_workers`` builds run at once in this process (a semaphore in
-  :mod:`musaenv.build.loader`; cache hits never wait for one);
+  :mod:`musaenv.toolchains.loader`; cache hits never wait for one);
 * **device slots**: one lock per device, held from a candidate's first trial to the end of its reference run, so
   runs and timings on one device never overlap while other requests compile.
 
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from musaenv.backends import REGISTRY, BackendInfo, resolve_backend
-from musaenv.build.loader import configure_builds, default_build_parallelism
 from musaenv.config import EvalConfig
 from musaenv.errors import ConfigError
 from musaenv.evaluator.interrupt import interrupted, kill_running
 from musaenv.evaluator.progress import Progress
 from musaenv.isolation.limits import backstop_s
 from musaenv.tasks.task import Task
+from musaenv.toolchains.loader import configure_builds, default_build_parallelism
 from musaenv.types import EvalResult, Stage
 
 __all__ = ["EvalRequest", "EvaluatorPool", "evaluate_many", "request_backstop_s"]
@@ -101,7 +101,7 @@ class EvaluatorPool:
         backend: Backend name or :class:`BackendInfo`.
         config: :class:`EvalConfig` for every evaluation.
         compile_workers: Builds at once (default: one per core, fewer when memory is short). This sets the
-            process-wide bound of :func:`~musaenv.build.loader.configure_builds` (the last pool created wins).
+            process-wide bound of :func:`~musaenv.toolchains.loader.configure_builds` (the last pool created wins).
         devices: Device slot names, one lock each, e.g. ``["cuda:0", "cuda:1"]`` (``cuda:N`` pins candidate
             workers with ``CUDA_VISIBLE_DEVICES``). Default: one slot for the backend's device.
         max_in_flight: Requests evaluated at once (default ``compile_workers + len(devices)``).

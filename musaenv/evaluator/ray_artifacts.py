@@ -1,6 +1,6 @@
 """Build artifacts of the Ray evaluator: static ``load_inline`` extraction, shipping and a build-once store.
 
-A candidate's modules are named by content hash (:class:`~musaenv.build.buildspec.BuildSpec`), so the bytes of a
+A candidate's modules are named by content hash (:class:`~musaenv.toolchains.buildspec.BuildSpec`), so the bytes of a
 module built on one node are valid on any node with the same toolchain, and a name can never stand in for
 different code. :class:`ArtifactStore` keeps one object-store reference per set of names on the driver, so each
 set is compiled once per cluster, by a prebuild task or by the first executor that needs it.
@@ -57,9 +57,9 @@ def _value(node: ast.AST, env: dict[str, Any]) -> Any:
 def extract_build_specs(code: str, backend: str) -> list[dict[str, Any]]:
     """Build specs of the ``load_inline(...)`` calls in ``code`` whose arguments are literals or module constants.
 
-    Returns :class:`~musaenv.build.loader.BuildSpec` dicts; calls it cannot read are skipped (never an error).
+    Returns :class:`~musaenv.toolchains.loader.BuildSpec` dicts; calls it cannot read are skipped (never an error).
     """
-    from musaenv.build.loader import BuildSpec
+    from musaenv.toolchains.loader import BuildSpec
 
     try:
         tree = ast.parse(code)
@@ -90,20 +90,20 @@ def install_artifacts(artifacts: Sequence[dict[str, Any]], root: Path | None = N
 
     Each artifact is ``{"name": ..., "so": bytes}`` for a built module or ``{"name": ..., "failed": text}`` for a
     deterministic compile error, so a known-bad candidate is not compiled again. Installed through the loader,
-    which seals them with this node's key like a local build (:func:`musaenv.build.loader.import_artifact`).
+    which seals them with this node's key like a local build (:func:`musaenv.toolchains.loader.import_artifact`).
     """
-    from musaenv.build.loader import import_artifact
+    from musaenv.toolchains.loader import import_artifact
 
     return sum(import_artifact(art, root) for art in artifacts)
 
 
 def collect_artifacts(names: Sequence[str], root: Path | None = None) -> list[dict[str, Any]]:
     """The shippable form of the named modules in the local cache: verified ``.so`` bytes or sealed compile-error
-    verdicts (:func:`musaenv.build.loader.export_artifact`).
+    verdicts (:func:`musaenv.toolchains.loader.export_artifact`).
 
     Names missing here, or failing verification (a timeout, an infra failure, a tampered file), are left out.
     """
-    from musaenv.build.loader import export_artifact
+    from musaenv.toolchains.loader import export_artifact
 
     out = [export_artifact(name, root) for name in names]
     return [a for a in out if a is not None]
@@ -111,7 +111,7 @@ def collect_artifacts(names: Sequence[str], root: Path | None = None) -> list[di
 
 def build_names(specs: Sequence[dict[str, Any]]) -> tuple[str, ...]:
     """Content-hash module names of build specs (sorted: the key of one candidate's build set)."""
-    from musaenv.build.loader import BuildSpec
+    from musaenv.toolchains.loader import BuildSpec
 
     return tuple(sorted({BuildSpec.from_dict(d).name for d in specs}))
 
@@ -122,7 +122,7 @@ def run_prebuild(specs: list[dict[str, Any]], timeout_s: float) -> dict[str, Any
     Returns ``{"artifacts": [...], "compiled": n}``: the shippable modules (see :func:`collect_artifacts`) and how
     many of them this call compiled (the rest were cache hits on this node).
     """
-    from musaenv.build.loader import BuildSpec, build_extension
+    from musaenv.toolchains.loader import BuildSpec, build_extension
 
     compiled, names = 0, []
     for d in specs:

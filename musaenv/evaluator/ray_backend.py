@@ -4,7 +4,7 @@ Per request:
 
 1. **Prebuild** (a ``num_cpus=1`` task, any node): the candidate's ``load_inline`` calls are read statically
    (module-level string constants and literals; nothing of the candidate is executed) and built with
-   :func:`~musaenv.build.loader.build_extension` in that node's cache. The built ``.so`` files travel back as
+   :func:`~musaenv.toolchains.loader.build_extension` in that node's cache. The built ``.so`` files travel back as
    bytes through Ray's object store.
 2. **Execute** (an actor holding a :class:`~musaenv.evaluator.local.LocalEvaluator`, one per device: ``num_gpus=1``
    for CUDA, a custom resource such as ``{"MUSA": 1}`` for Moore Threads cards, ``num_cpus=1`` otherwise): the

@@ -2,7 +2,7 @@
 
 A candidate chooses the sources and flags of its build, so the build runs with the same distrust as the worker
 (docs/sandbox.md, "The build sandbox"). :func:`run_confined` is called by the builder process
-(``python -m musaenv.build.builder``) before it reads anything of the candidate:
+(``python -m musaenv.toolchains.builder``) before it reads anything of the candidate:
 
 1. **Tied to its parent.** ``PR_SET_PDEATHSIG`` on the builder, then a check that the parent is still the one that
    started it (the race the man page warns about): a killed evaluator takes its builds along (SIGKILL with a pid

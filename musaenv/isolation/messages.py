@@ -21,7 +21,7 @@ Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference wor
   worker :class:`TimeReady` -> parent :class:`TimeCall` -> worker :class:`TimeDone`; parent :class:`TimeEnd`
   instead of the next :class:`TimePrepare` to stop.
 
-Nested parts that another module owns and checks (a build spec: :class:`~musaenv.build.buildspec.BuildSpec`;
+Nested parts that another module owns and checks (a build spec: :class:`~musaenv.toolchains.buildspec.BuildSpec`;
 a runtime report's body: :mod:`musaenv.verification.runtime`; trial and timing plans:
 :mod:`musaenv.evaluator.plan`) travel as JSON objects whose contents those modules validate.
 
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from musaenv.isolation.records import Message, ProtocolError, ProtocolMismatch, decode
 
 if TYPE_CHECKING:  # type-only: the worker side never imports the build service
-    from musaenv.build.loader import BuildOutcome
+    from musaenv.toolchains.loader import BuildOutcome
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -213,7 +213,7 @@ class BuildRequest(Message):
 
 @dataclass(frozen=True)
 class BuildResult(Message):
-    """The build service's answer (:class:`~musaenv.build.loader.BuildOutcome`'s fields)."""
+    """The build service's answer (:class:`~musaenv.toolchains.loader.BuildOutcome`'s fields)."""
 
     TYPE: ClassVar[str] = "build_result"
     ok: bool

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from musaenv.build.flags import check_spec_flags, normalise_flags, refused_flags
+from musaenv.toolchains.flags import check_spec_flags, normalise_flags, refused_flags
 from musaenv.verification import allowlists as al
 from musaenv.verification.cpp_text import Lines, directives, lex, mapped_output, run_preprocessor, splice
 from musaenv.verification.findings import ERROR, WARNING, Finding, describe

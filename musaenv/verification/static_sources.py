@@ -64,8 +64,8 @@ class SourceText:
 class RecoveredBuild:
     """One ``load_inline`` call as far as it could be recovered from the source, never run.
 
-    Not a build request (that is :class:`musaenv.build.buildspec.BuildSpec`, normalised and hashed): a name may have
-    several values here, arguments that could not be recovered are listed, and lines are kept for findings.
+    Not a build request (that is :class:`musaenv.toolchains.buildspec.BuildSpec`, normalised and hashed): a name may
+    have several values here, arguments that could not be recovered are listed, and lines are kept for findings.
 
     Attributes:
         line: Python line of the call.

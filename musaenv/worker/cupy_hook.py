@@ -5,7 +5,7 @@ Installed before the candidate is imported (and before the sandbox), it replaces
 
 * compile each source when it is constructed, so a kernel that does not compile is the candidate's
   ``compile_error`` with NVRTC's log, recorded as a build like a ``load_inline`` one. On a GPU through CuPy's own
-  ``compile()``; without one (compile-only) through NVRTC directly (:mod:`musaenv.build.cupy_nvrtc`), since
+  ``compile()``; without one (compile-only) through NVRTC directly (:mod:`musaenv.toolchains.cupy_nvrtc`), since
   CuPy's compile path asks the driver for the device first;
 * launch every kernel on torch's current stream (a candidate may not choose streams: the static checks refuse
   CuPy's stream API), so the harness's timing and synchronisation cover the work;
@@ -94,7 +94,7 @@ class _CountedKernel:
 
 def _compile_check(state: BuildState, obj: Any, what: str, compile_only: bool, name_expressions: Any) -> None:
     """Compile ``obj``'s source now; record it as a build; a failure is the candidate's compile error."""
-    from musaenv.build.cupy_nvrtc import nvrtc_compile
+    from musaenv.toolchains.cupy_nvrtc import nvrtc_compile
 
     start = time.perf_counter()
     if compile_only:
@@ -127,7 +127,7 @@ def install_cupy_hook(state: BuildState, compile_only: bool, workdir: str) -> No
     os.environ["CUPY_CACHE_DIR"] = str(Path(workdir) / "cupy_kernel_cache")
     import cupy
 
-    from musaenv.build.cupy_nvrtc import _nvrtc
+    from musaenv.toolchains.cupy_nvrtc import _nvrtc
 
     _nvrtc()  # load libnvrtc now, before the sandbox narrows what the process may open
     launcher = _Launcher(state, cupy)

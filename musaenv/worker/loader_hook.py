@@ -1,6 +1,6 @@
 """Route a candidate's ``torch.utils.cpp_extension.load_inline`` through musaenv's build service.
 
-Runs inside the candidate worker. The hook turns the call into a :class:`~musaenv.build.buildspec.BuildSpec`,
+Runs inside the candidate worker. The hook turns the call into a :class:`~musaenv.toolchains.buildspec.BuildSpec`,
 asks the parent (which owns the compilers and the content-addressed cache) to build it, and imports the
 resulting module by its content-hash name. The worker itself never starts a compiler, so its sandbox can
 forbid process creation.
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from musaenv.backends import get_backend, loader_aliases
-from musaenv.build.buildspec import BuildSpec
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, BuildResult
+from musaenv.toolchains.buildspec import BuildSpec
 
 __all__ = [
     "BuildFailedError",

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from musaenv.build.warmup import background_tree
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.isolation.proctree import descendants, is_zombie
+from musaenv.toolchains.warmup import background_tree
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 

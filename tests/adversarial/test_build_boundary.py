@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from musaenv import _env
-from musaenv.build.warmup import wait_background
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.isolation.integrity import read_sealed
 from musaenv.rewards import candidate_score
 from musaenv.tasks.builtin import get_task
+from musaenv.toolchains.warmup import wait_background
 from musaenv.types import EvalResult, Stage
 from tests.adversarial import boundary_candidates as bc
 from tests.adversarial.containment import become_subreaper, stray_processes

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from musaenv.build.warmup import background_tree
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.isolation import tempdirs
 from musaenv.isolation.proctree import descendants
 from musaenv.tasks.builtin import get_task, solution_source
+from musaenv.toolchains.warmup import background_tree
 from musaenv.types import Stage
 
 pytestmark = pytest.mark.slow
@@ -117,7 +117,7 @@ def _known(e: LocalEvaluator) -> set[int]:
 
 def _builders() -> list[int]:
     ours = background_tree()  # a background header build is not the evaluation's builder
-    return [p for p in descendants(os.getpid()) if p not in ours and "musaenv.build.builder" in _cmdline(p)]
+    return [p for p in descendants(os.getpid()) if p not in ours and "musaenv.toolchains.builder" in _cmdline(p)]
 
 
 def _run_with_killer(
@@ -245,7 +245,7 @@ def test_kill_cli(tmp_path: Path, moment: str, candidate: str) -> None:
     def ready() -> bool:
         procs = [_cmdline(p) for p in _tagged(tag)]
         if moment == "build":
-            return any("musaenv.build.builder" in c for c in procs)
+            return any("musaenv.toolchains.builder" in c for c in procs)
         # "run", "run+server": the candidate spins in a forked worker
         return any(_busy_worker(p) for p in _tagged(tag) if p != proc.pid)
 

@@ -10,10 +10,10 @@ import importlib.util
 import pytest
 import torch
 
-from musaenv.build.buildspec import BuildSpec
-from musaenv.build.loader import build_extension
-from tests.unit.build.test_cuda_fast import DECL
-from tests.unit.build.test_cuda_split import KB_ADD
+from musaenv.toolchains.buildspec import BuildSpec
+from musaenv.toolchains.loader import build_extension
+from tests.unit.toolchains.test_cuda_fast import DECL
+from tests.unit.toolchains.test_cuda_split import KB_ADD
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

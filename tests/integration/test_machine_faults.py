@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from musaenv import _env
-from musaenv.build.loader import ext_cache_root
 from musaenv.config import EvalConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task
+from musaenv.toolchains.loader import ext_cache_root
 from musaenv.types import Stage
 
 pytestmark = pytest.mark.slow

@@ -13,11 +13,11 @@ import pytest
 
 from musaenv.backends import BackendInfo
 from musaenv.backends.musa_port import port_source
-from musaenv.build.builder import _musa_kwargs
-from musaenv.build.loader import BuildSpec, build_extension
 from musaenv.config import EvalConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source
+from musaenv.toolchains.builder import _musa_kwargs
+from musaenv.toolchains.loader import BuildSpec, build_extension
 from musaenv.types import Stage
 
 pytestmark = pytest.mark.skipif(

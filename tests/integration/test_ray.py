@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from musaenv.build.faults import FAULT_RULES
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.pool import EvalRequest
 from musaenv.evaluator.ray_backend import extract_build_specs, install_artifacts
 from musaenv.tasks.builtin import get_task
+from musaenv.toolchains.faults import FAULT_RULES
 from musaenv.types import Stage
 from tests.integration.hazards import COMPILE_ERROR_CANDIDATE, hazard_candidate
 
@@ -25,8 +25,8 @@ FAST = EvalConfig(static_policy="off", run_timeout_s=30.0, timing=TimingConfig(r
 
 
 def test_static_extraction_matches_what_the_candidate_would_build() -> None:
-    from musaenv.build.loader import BuildSpec
     from musaenv.tasks.parsing import extract_candidate
+    from musaenv.toolchains.loader import BuildSpec
 
     code = extract_candidate(hazard_candidate("relu_ok"), 200_000).code
     assert code is not None

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from musaenv.build import admission
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source
+from musaenv.toolchains import admission
 from musaenv.types import Stage
 
 pytestmark = pytest.mark.slow

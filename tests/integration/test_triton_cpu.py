@@ -9,11 +9,11 @@ import textwrap
 
 import pytest
 
-from musaenv.build.triton_aot import triton_aot_check
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.evaluator.plan import INTERPRETER_TIME_FACTOR
 from musaenv.tasks.builtin import get_task, solution_source
+from musaenv.toolchains.triton_aot import triton_aot_check
 from musaenv.types import Stage
 
 triton = pytest.importorskip("triton")

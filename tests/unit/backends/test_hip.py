@@ -12,11 +12,11 @@ import pytest
 
 from musaenv.backends import BACKENDS, get_backend, resolve_backend
 from musaenv.backends.hip import hipcc
-from musaenv.build.loader import BuildSpec, build_extension
 from musaenv.errors import BackendUnavailableError
 from musaenv.evaluator.ray_backend import _actor_options
 from musaenv.tasks.builtin import get_task
 from musaenv.tasks.prompts import initial_prompt
+from musaenv.toolchains.loader import BuildSpec, build_extension
 from musaenv.verification.static_py import analyze_candidate
 
 _ROCM = False

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from musaenv.build.loader import BuildOutcome
 from musaenv.config import EvalConfig
 from musaenv.evaluator import candidate
 from musaenv.evaluator.candidate import MAX_RECORDS, CandidateRun, _handle, _record, _serve_build
 from musaenv.evaluator.verdict import base_result
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, Result
+from musaenv.toolchains.loader import BuildOutcome
 from musaenv.types import BuildRecord, EvalResult, Stage, build_tier_of
 
 _WHY = [{"tier": "split", "why": "the source uses Python or pybind11 ('py::')"}]

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from musaenv.build.loader import BuildOutcome
 from musaenv.config import EvalConfig
 from musaenv.evaluator import candidate
 from musaenv.evaluator.candidate import MAX_BUILDS, CandidateRun, _serve_build
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, BuildResult
+from musaenv.toolchains.loader import BuildOutcome
 
 
 def _spec(i: int) -> dict[str, Any]:

@@ -95,7 +95,7 @@ _SLOW_BUILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from musaenv.build.loader import BuildSpec, build_extension
+    from musaenv.toolchains.loader import BuildSpec, build_extension
     # torch's own load_inline path: parsing torch/extension.h keeps cc1plus busy for ~30 s
     src = "long f() { return 1; }\\n// " + sys.argv[2] + "\\n"
     spec = BuildSpec.from_load_inline({"cpp_sources": src, "functions": ["f"]}, "cpu")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from musaenv.build.loader import BuildSpec, build_extension
 from musaenv.isolation import limits
 from musaenv.isolation.limits import StageClock, has_schedstat, tree_cpu_seconds, watch_process
 from musaenv.isolation.proctree import descendants
+from musaenv.toolchains.loader import BuildSpec, build_extension
 
 BUSY = [sys.executable, "-c", "while True: pass"]
 

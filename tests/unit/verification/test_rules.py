@@ -22,9 +22,9 @@ from tests.adversarial.kernels import render
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "musaenv"
 ADVERSARIAL = ROOT / "tests" / "adversarial"
-# Not verdict flags: build/ appends compiler flags to lists named ``flags``; tasks/ puts a derived task's warnings
+# Not verdict flags: toolchains/ appends compiler flags to lists named ``flags``; tasks/ puts a derived task's warnings
 # (single_shape, no_cpu_tier...) on the task, never on an EvalResult.
-SKIPPED = ("build", "tasks")
+SKIPPED = ("toolchains", "tasks")
 _FLAG = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 _EMITTERS = frozenset({"Finding", "CppHit", "_policy_finding", "_finding"})
 
