@@ -6,11 +6,11 @@ flow through ``ModelNew.forward`` in ``static_flow.py``, ``static_calls.py``, ``
 ``output_cache`` and ``missing_model_new``. ``analyze_candidate(..., reachability=False)`` runs everything else
 (the safety bans, the extension scan, the policy's file-wide checks).
 
-Corpora (every candidate, no sampling in the static phase):
+Corpora, each judged under every policy of ``--policies`` (no sampling in the static phase):
 
 * ``adversarial``: every file in ``tests/adversarial/candidates/`` and ``candidates_measure/``, rendered as the
-  suite renders it (placeholders point into a temporary folder and a closed port), on the suite's task; policy
-  ``kernelbench`` for the suite's kernelbench-honest files, ``strict`` otherwise.
+  suite renders it (placeholders point into a temporary folder and a closed port), on the suite's task; the
+  suite's kernelbench-honest files are left out under ``strict``, which refuses their small torch op by design.
 * ``solutions``: every shipped solution of every backend (honest: any refusal is a false positive).
 * ``trajectories``: the distinct candidate programs in ``tests/data/trajectories/*.jsonl`` (scripted episodes from
   ``candidate_pool.py``: the only recorded trajectories the repository has; no model-written ones exist).
@@ -25,9 +25,11 @@ whether a later layer refuses it too and with which flag, its ``eval_time_s`` is
 
 Usage (repository root)::
 
-    PYTHONPATH=. python benchmarks/reachability_value.py [--reps 3] [--max-evals 40] [--out out/reachability.json]
+    PYTHONPATH=. python benchmarks/reachability_value.py [--policies strict kernelbench permissive] [--reps 3]
+        [--max-evals 40] [--no-eval] [--out out/reachability.json]
 
-Prints a table and writes JSON; never asserts.
+Prints a table and a summary per policy and writes JSON; never asserts. Results: docs/verification.md ("What the
+Python reachability analysis is worth").
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
     diff = [o.ms_on - o.ms_off for o in outcomes]
     return {
         "per_corpus": {c: dict(n) for c, n in per_corpus.items()},
+        "flagged": sum(1 for o in outcomes if set(o.flags_on) - set(o.flags_off)),  # an error of the analysis's own
         "analysis_only": len(only),
         "later": dict(Counter(later_verdict(o.stage, o.flags_later) for o in only)),
         "later_flags": dict(Counter(f for o in run for f in o.flags_later)),

@@ -82,6 +82,7 @@ def test_summarize_counts_unique_refusals_and_saved_seconds() -> None:
     outcomes = [
         _o("solutions", [], []),
         _o("adversarial", ["network"], ["network"]),
+        _o("adversarial", ["file_access", "output_cache"], ["file_access"]),
         _o("adversarial", ["forbidden_torch_op"], [], stage="cheating", flags_later=["forbidden_aten_op"], eval_s=4.0,
            compile_s=3.0),
         _o("adversarial", ["forbidden_torch_op", "no_custom_kernel"], [], stage="correct", eval_s=2.0, compile_s=1.0),
@@ -90,10 +91,10 @@ def test_summarize_counts_unique_refusals_and_saved_seconds() -> None:
     s = summarize(outcomes)
     assert s["per_corpus"] == {
         "solutions": {"accepted": 1},
-        "adversarial": {"also_refused": 1, "analysis_only": 2},
+        "adversarial": {"also_refused": 2, "analysis_only": 2},
         "trajectories": {"analysis_only": 1},
     }
-    assert s["analysis_only"] == 3
+    assert s["flagged"] == 4 and s["analysis_only"] == 3
     assert s["later"] == {"cheating": 1, "passed": 1, "not_run": 1}
     assert s["later_flags"] == {"forbidden_aten_op": 1}
     assert s["by_flag"] == {
