@@ -272,7 +272,8 @@ def analyze_candidate(
             warning.
         preprocess: Expand C/C++ macros with ``g++ -E`` before scanning extension sources.
         reachability: Run step 4 (reachability from ``ModelNew.forward``). ``False`` leaves the file-wide bans,
-            the extension scan and the policy's file-wide checks, and reports no kernels or torch calls: what
+            the extension scan and the policy's file-wide checks; ``ModelNew`` itself is not looked at (no
+            ``missing_model_new``, ``reference_model``), and no kernels or torch calls are reported: what
             ``benchmarks/reachability_value.py`` compares the analysis against. Evaluations always run it.
 
     Returns:
