@@ -261,7 +261,7 @@ def _kernelbench_findings(sym: Symbols, builds: list[RecoveredBuild], backend: s
 
 
 def analyze_candidate(
-    source: str, *, policy: str = "strict", backend: str = "cpu", preprocess: bool = True
+    source: str, *, policy: str = "strict", backend: str = "cpu", preprocess: bool = True, reachability: bool = True
 ) -> StaticReport:
     """Statically check one candidate for forbidden compute, missing kernels and reward hacks.
 
@@ -271,6 +271,10 @@ def analyze_candidate(
         backend: ``cpu``, ``cuda``, ``triton``, ``musa`` or ``cupy``; a mismatch between it and the kernels is a
             warning.
         preprocess: Expand C/C++ macros with ``g++ -E`` before scanning extension sources.
+        reachability: Run step 4 (reachability from ``ModelNew.forward``). ``False`` leaves the file-wide bans,
+            the extension scan and the policy's file-wide checks; ``ModelNew`` itself is not looked at (no
+            ``missing_model_new``, ``reference_model``), and no kernels or torch calls are reported: what
+            ``benchmarks/reachability_value.py`` compares the analysis against. Evaluations always run it.
 
     Returns:
         A :class:`StaticReport`; ``report.ok`` is False when some error-level finding was made. A syntax error
@@ -302,7 +306,7 @@ def analyze_candidate(
             findings.extend(cupy)
             if cupy_sources:  # KernelBench's __global__ check covers them too
                 builds.append(RecoveredBuild(line=cupy_sources[0].line, sources=cupy_sources))
-        model_findings, events = _model_findings(Program(sym), policy)
+        model_findings, events = _model_findings(Program(sym), policy) if reachability else ([], [])
         if policy == "kernelbench":
             findings.extend(_kernelbench_findings(sym, builds, backend))
     except RecursionError:

@@ -157,17 +157,22 @@ class Suite:
 
     def evaluate(self, mode: str, name: str, seed: int = 1) -> EvalResult:
         """Evaluate candidate ``name`` on its task under ``mode``; assert it stayed contained."""
-        task_key = CASES[name][0] if name in CASES else {**HONEST, **STRESS, **KERNELBENCH_HONEST}.get(name, "relu")
         ev = self.runtime if mode == "runtime" else self.full
-        result = ev.evaluate(self.tasks[task_key], render(name, **self.traps.subs()), seed=seed)
+        result = ev.evaluate(self.tasks[task_key(name)], render(name, **self.traps.subs()), seed=seed)
         assert stray_processes([self.runtime, self.full]) == [], f"{name} left processes running"
         assert self.traps.breaches() == [], f"{name} got out of its sandbox"
         return result
 
 
-@pytest.fixture(scope="module")
-def suite() -> Iterator[Suite]:
-    assert become_subreaper(), "PR_SET_CHILD_SUBREAPER refused: orphaned processes could not be found"
+def task_key(name: str) -> str:
+    """The key in :func:`suite_tasks` of the task candidate ``name`` runs on."""
+    return CASES[name][0] if name in CASES else {**HONEST, **STRESS, **KERNELBENCH_HONEST}.get(name, "relu")
+
+
+def suite_tasks() -> dict[str, Task]:
+    """The tasks the candidates run on, by the key :data:`CASES` and the other tables name (small CPU shapes).
+
+    Shared with ``benchmarks/reachability_value.py``, which evaluates these candidates on the same tasks."""
     relu = get_task("l1_relu")
     small = dataclasses.replace(
         relu, id="l1_relu_small", shapes={"cpu": ({"batch_size": 64, "dim": 4096}, {"batch_size": 7, "dim": 1001})}
@@ -193,6 +198,13 @@ def suite() -> Iterator[Suite]:
     tasks = {"relu": small, "tiny": load_task_file(DATA_DIR / "tiny_relu.py"), "linear": linear, "softmax": softmax}
     tasks["linear_wide"] = wide
     tasks |= {"plain_softmax": load_task_file(DATA_DIR / "plain_softmax.py"), "layernorm": get_task("l1_layernorm")}
+    return tasks
+
+
+@pytest.fixture(scope="module")
+def suite() -> Iterator[Suite]:
+    assert become_subreaper(), "PR_SET_CHILD_SUBREAPER refused: orphaned processes could not be found"
+    tasks = suite_tasks()
     with traps(_env.cache_dir() / "ext") as t:
         runtime, full = RuntimeOnlyEvaluator("cpu", RUNTIME_ONLY), LocalEvaluator("cpu", FULL)
         try:

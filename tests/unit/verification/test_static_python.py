@@ -272,3 +272,15 @@ def test_model_new_bound_to_another_class_is_followed() -> None:
     report = analyze_candidate(candidate(body))
     assert report.flags == ("forbidden_torch_op",)
     assert report.kernel_calls == ("ext.k",)
+
+
+def test_reachability_switch_leaves_the_other_checks() -> None:
+    """``reachability=False`` (benchmarks/reachability_value.py) skips only the analysis from forward."""
+    torch_op = with_forward("return ext.k(torch.relu(x))")
+    assert analyze_candidate(torch_op).flags == ("forbidden_torch_op",)
+    off = analyze_candidate(torch_op, reachability=False)
+    assert off.ok and off.kernel_calls == () and off.torch_calls == ()
+    assert analyze_candidate("import torch\n", reachability=False).ok  # no ModelNew: not looked for either
+    banned = with_forward('import os\nos.system("true")\nreturn ext.k(x)')
+    assert analyze_candidate(banned, reachability=False).flags == ("process_or_thread",)
+    assert analyze_candidate(with_forward("return ext.k(x)")).kernel_calls == ("ext.k",)
