@@ -27,6 +27,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -191,15 +192,11 @@ def _cuda_split(
             "wanted": res.wanted, "retire": res.retire, "declined": declined}  # fmt: skip
 
 
-def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
-    """The CUDA compile-only check (no GPU here), run confined like any build: the split build when it says the
-    source builds, else the check of the source as written, whose output is the verdict."""
+def _cuda_check(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+    """The CUDA compile-only check of the source as written (no GPU here), run confined like any build; its output
+    is the verdict."""
     from musaenv.toolchains.cuda_compile import cuda_compile_check
 
-    declined: list[dict[str, str]] = []
-    fast = _cuda_split(spec, tmp, compile_only=True, declined=declined)
-    if fast is not None:
-        return fast
     check = cuda_compile_check(
         spec["cpp_sources"], spec["cuda_sources"], spec["functions"],
         extra_cuda_cflags=spec["extra_cuda_cflags"], extra_cflags=spec["extra_cflags"],
@@ -208,7 +205,12 @@ def _compile_only(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
     )  # fmt: skip
     steps = [s if isinstance(s, dict) else str(s) for s in check.steps]
     return {"ok": check.ok, "log": check.log, "tier": "compile_only", "steps": steps,
-            "inconclusive": check.inconclusive or "", "declined": declined}  # fmt: skip
+            "inconclusive": check.inconclusive or ""}  # fmt: skip
+
+
+def _own_check(job: CompileJob) -> str:
+    """The job's backend's own compile-only check (its record's ``compile_check``, ``module:function``), or ``""``."""
+    return REGISTRY[job.backend].compile_check if job.backend in REGISTRY else ""
 
 
 def _own_compile_check(name: str, spec: dict[str, Any], tmp: Path) -> dict[str, object]:
@@ -216,6 +218,42 @@ def _own_compile_check(name: str, spec: dict[str, Any], tmp: Path) -> dict[str, 
     module, _, function = name.partition(":")
     check: Callable[[dict[str, Any], Path], dict[str, object]] = getattr(importlib.import_module(module), function)
     return check(spec, tmp)
+
+
+def _device_build(job: CompileJob) -> Callable[[dict[str, Any], Path], dict[str, object]] | None:
+    """The backend's own compiler for a job with device sources (mcc for MUSA), or ``None``."""
+    return _DEVICE_TOOLCHAINS.get(_toolchain(job.backend)) if job.cuda_sources or job.with_cuda else None
+
+
+Build = Callable[[CompileJob, dict[str, Any], Path, list[dict[str, str]]], "dict[str, object] | None"]
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """One build path: which jobs it takes, and its build, which answers the report's fields, or ``None`` when it
+    declines the job (why, appended to ``declined``): the next toolchain that takes the job is tried."""
+
+    name: str
+    accepts: Callable[[CompileJob], bool]
+    build: Build
+
+
+TOOLCHAINS: tuple[Toolchain, ...] = (
+    # compile-only (no device on this machine): the backend's own check, else the CUDA split, else the CUDA check
+    Toolchain("own_check", lambda j: j.compile_only and bool(_own_check(j)),
+              lambda j, spec, tmp, d: _own_compile_check(_own_check(j), spec, tmp)),
+    Toolchain("cuda_split", lambda j: j.compile_only, lambda j, spec, tmp, d: _cuda_split(spec, tmp, True, d)),
+    Toolchain("compile_only", lambda j: j.compile_only, lambda j, spec, tmp, d: _cuda_check(spec, tmp)),
+    # builds: device code to the backend's own compiler (mcc), never to nvcc; CUDA through the split; C++ through
+    # the fast driver; whatever those decline through torch's own load_inline
+    Toolchain("device", lambda j: not j.compile_only and _device_build(j) is not None,
+              lambda j, spec, tmp, d: _device_build(j)(spec, tmp)),  # type: ignore[misc]
+    Toolchain("cuda_split", lambda j: not j.compile_only and bool(j.cuda_sources),
+              lambda j, spec, tmp, d: _cuda_split(spec, tmp, False, d)),
+    Toolchain("fast", lambda j: not j.compile_only and not j.cuda_sources, lambda j, spec, tmp, d: _fast(spec, tmp, d)),
+    Toolchain("torch", lambda j: not j.compile_only, lambda j, spec, tmp, d: _torch(spec, tmp)),
+)  # fmt: skip
+"""Every build path, in the order tried; a job is built by the first that takes it and does not decline."""
 
 
 def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
@@ -227,16 +265,13 @@ def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
         rows = run_items(job.items, Path(job.pch_cache), lambda line: log.info("warmup: %s", line))
         return {"ok": all(r["ok"] for r in rows), "log": "", "tier": "warmup", "rows": rows}
     spec = job.spec()
-    if job.compile_only:
-        own = REGISTRY[job.backend].compile_check if job.backend in REGISTRY else ""
-        return _own_compile_check(own, spec, tmp) if own else _compile_only(spec, tmp)
-    device_build = _DEVICE_TOOLCHAINS.get(_toolchain(job.backend))
-    if device_build is not None and (job.cuda_sources or job.with_cuda):
-        return device_build(spec, tmp)  # device code goes to the backend's own compiler (mcc), never to nvcc
     declined: list[dict[str, str]] = []
-    if job.cuda_sources:
-        return _cuda_split(spec, tmp, False, declined) or {**_torch(spec, tmp), "declined": declined}
-    return _fast(spec, tmp, declined) or {**_torch(spec, tmp), "declined": declined}
+    for toolchain in TOOLCHAINS:
+        if toolchain.accepts(job):
+            res = toolchain.build(job, spec, tmp, declined)
+            if res is not None:
+                return res if "declined" in res else {**res, "declined": declined}
+    raise RuntimeError(f"no toolchain takes this job (compile_only={job.compile_only}, backend={job.backend!r})")
 
 
 def _unusable(tmp: Path) -> str | None:
