@@ -181,7 +181,7 @@ def _serve_build(
             run.compile_log = outcome.log
             if outcome.infra_error:
                 run.infra_log = outcome.log
-        answer = run.answered[key] = BuildResult.of(outcome).to_dict()
+        answer = run.answered[key] = outcome.to_dict()
         _note(run, _record(outcome))
     send(answer)
     return time.monotonic() - t0

@@ -32,12 +32,9 @@ version lives with them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from musaenv.isolation.records import Message, ProtocolError, ProtocolMismatch, decode
-
-if TYPE_CHECKING:  # type-only: the worker side never imports the build service
-    from musaenv.toolchains.loader import BuildOutcome
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -213,7 +210,21 @@ class BuildRequest(Message):
 
 @dataclass(frozen=True)
 class BuildResult(Message):
-    """The build service's answer (:class:`~musaenv.toolchains.loader.BuildOutcome`'s fields)."""
+    """The build service's answer: what :func:`musaenv.toolchains.loader.build_extension` returns (its
+    ``BuildOutcome`` is this record), sent to the worker as it is.
+
+    Attributes:
+        ok: True when the module was built (or, for compile-only specs, compiled cleanly).
+        name: Module name (content hash).
+        so_path: Path of the loadable module, when there is one.
+        log: Compiler output (errors verbatim) or why the build failed.
+        seconds: Wall time spent on this request.
+        cached: True when the artifact came from the cache.
+        timed_out: True when the build hit its time limit.
+        infra_error: True when the harness failed (the builder could not run), not the candidate's sources.
+        extra: JSON-safe details: ``tier`` (the build path, also on a cache hit: sealed with the artifact),
+            ``declined`` (faster paths that did not apply, each ``{"tier", "why"}``) and ``steps`` (what ran).
+    """
 
     TYPE: ClassVar[str] = "build_result"
     ok: bool
@@ -225,15 +236,6 @@ class BuildResult(Message):
     timed_out: bool = False
     infra_error: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, outcome: BuildOutcome) -> BuildResult:
-        """The answer for one build outcome (field by field: a new outcome field is not sent until added here)."""
-        return cls(
-            ok=outcome.ok, name=outcome.name, so_path=outcome.so_path, log=outcome.log, seconds=outcome.seconds,
-            cached=outcome.cached, timed_out=outcome.timed_out, infra_error=outcome.infra_error,
-            extra=dict(outcome.extra),
-        )  # fmt: skip
 
 
 @dataclass(frozen=True)

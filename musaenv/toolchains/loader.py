@@ -33,7 +33,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from musaenv import _env
 from musaenv._env import ext_cache_root, pch_cache_root
 from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import backstop_s, watch_process
+from musaenv.isolation.messages import BuildResult
 from musaenv.isolation.records import ProtocolError
 from musaenv.toolchains.admission import admitted
 from musaenv.toolchains.builder_launch import builder_command
@@ -83,36 +83,9 @@ BUILD_MODES = ("fast", "pch", "torch")
 _BUILD_MEMORY_GB = 1.5
 
 
-@dataclass(frozen=True)
-class BuildOutcome:
-    """Result of :func:`build_extension`.
-
-    Attributes:
-        ok: True when the module was built (or, for compile-only specs, compiled cleanly).
-        name: Module name (content hash).
-        so_path: Path of the loadable module, when there is one.
-        log: Compiler output (errors verbatim) or why the build failed.
-        seconds: Wall time spent on this request.
-        cached: True when the artifact came from the cache.
-        timed_out: True when the build hit its time limit.
-        infra_error: True when the harness failed (the builder could not run), not the candidate's sources.
-        extra: JSON-safe details: ``tier`` (the build path, also on a cache hit: sealed with the artifact),
-            ``declined`` (faster paths that did not apply, each ``{"tier", "why"}``) and ``steps`` (what ran).
-    """
-
-    ok: bool
-    name: str
-    so_path: str | None = None
-    log: str = ""
-    seconds: float = 0.0
-    cached: bool = False
-    timed_out: bool = False
-    infra_error: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict."""
-        return asdict(self)
+BuildOutcome = BuildResult
+"""Result of :func:`build_extension`: the record the worker is answered with
+(:class:`~musaenv.isolation.messages.BuildResult`; one record for both, issue 30 item 1)."""
 
 
 def default_build_parallelism() -> int:
