@@ -41,9 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from musaenv.build.buildspec import BuildSpec
+from musaenv.build.cuda_chunks import with_linkage
 from musaenv.build.cuda_compile import _CUDA_PRELUDE
 from musaenv.build.cuda_fast import split_unfit
 from musaenv.build.cuda_split import _UNSUPPORTED, _blank, _chunks, _kernel, _place, _rewrite_launches, split_cuda
+from musaenv.build.cuda_templates import literal_macros
 from musaenv.verification.static_names import build_symbols, is_load_inline_name
 from musaenv.verification.static_sources import RecoveredBuild, find_builds
 
@@ -155,11 +157,13 @@ def why_unsplittable(source: str) -> str:
     m = _UNSUPPORTED.search(code)
     if m:
         word = re.sub(r"\s+", " ", m.group(0)).strip(" {=")
-        return {'R"': "raw string literal", 'extern "': 'extern "C"'}.get(word, word if "namespace" not in word
-                                                                         else "namespace block")  # fmt: skip
+        return "raw string literal" if word == 'R"' else "namespace block" if "namespace" in word else word
     chunks = _chunks(source, code)
     if not chunks:
         return "top level unreadable"
+    chunks = with_linkage(chunks)
+    if chunks is None:
+        return 'extern "C" the split cannot open (another linkage, nested, #-lines inside)'
     kernels: dict[str, Any] = {}
     for chunk in chunks:
         where = _place(chunk)
@@ -167,6 +171,10 @@ def why_unsplittable(source: str) -> str:
             if chunk.directive:
                 return '#include "..."' if "include" in chunk.code else "conditional compilation"
             return "__host__ on device code" if "__host__" in chunk.code else "torch types in device code"
+        if chunk.linkage and (
+            where == "both" or (where == "device" and (_kernel(chunk) is None or "template" in chunk.code))
+        ):
+            return 'extern "C" on a variable, a template or a copy in each unit'
         if where == "device" and "__global__" in chunk.code:
             k = _kernel(chunk)
             if k is None:
@@ -174,7 +182,7 @@ def why_unsplittable(source: str) -> str:
             if k.name in kernels and kernels[k.name].params != k.params:
                 return "overloaded kernel"
             kernels.setdefault(k.name, k)
-        elif where == "host" and _rewrite_launches(chunk.text, chunk.code, kernels) is None:
+        elif where == "host" and _rewrite_launches(chunk.text, chunk.code, kernels, literal_macros(code)) is None:
             return "launch the split cannot read"
     return "no kernel" if not kernels else "host code names device code"
 
