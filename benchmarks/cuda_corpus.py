@@ -45,7 +45,7 @@ from musaenv.build.cuda_chunks import with_linkage
 from musaenv.build.cuda_compile import _CUDA_PRELUDE
 from musaenv.build.cuda_fast import split_unfit
 from musaenv.build.cuda_split import _UNSUPPORTED, _blank, _chunks, _kernel, _place, _rewrite_launches, split_cuda
-from musaenv.build.cuda_templates import literal_macros
+from musaenv.build.cuda_templates import HostTemplates, launch_instances, literal_macros
 from musaenv.verification.static_names import build_symbols, is_load_inline_name
 from musaenv.verification.static_sources import RecoveredBuild, find_builds
 
@@ -163,8 +163,9 @@ def why_unsplittable(source: str) -> str:
         return "top level unreadable"
     chunks = with_linkage(chunks)
     if chunks is None:
-        return 'extern "C" the split cannot open (another linkage, nested, #-lines inside)'
+        return "linkage the split cannot open (not C, nested, #-lines inside)"
     kernels: dict[str, Any] = {}
+    hosts = HostTemplates(literal_macros(code))
     for chunk in chunks:
         where = _place(chunk)
         if where is None:
@@ -182,9 +183,29 @@ def why_unsplittable(source: str) -> str:
             if k.name in kernels and kernels[k.name].params != k.params:
                 return "overloaded kernel"
             kernels.setdefault(k.name, k)
-        elif where == "host" and _rewrite_launches(chunk.text, chunk.code, kernels, literal_macros(code)) is None:
-            return "launch the split cannot read"
+        elif where == "host":
+            hosts.add_chunk(chunk.code)
+            if _rewrite_launches(chunk.text, chunk.code, kernels, hosts.macros, hosts) is None:
+                return f"launch the split cannot read ({_launch_reason(chunk.code, kernels, hosts.macros)})"
+    if kernels and hosts.instances({n: k.tparams for n, k in kernels.items() if k.tparams}) is None:
+        return "a host template called other than by calls the split reads"
     return "no kernel" if not kernels else "host code names device code"
+
+
+def _launch_reason(code: str, kernels: dict[str, Any], macros: dict[str, str | None]) -> str:
+    """Which kind of launch in a host chunk the split could not read (a diagnostic only)."""
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:<([^<>;{}()]*)>)?\s*<<<", code):
+        k = kernels.get(m.group(1))
+        if k is None:
+            return "not a kernel defined before it"
+        if k.tparams and not m.group(2):
+            return "template arguments left to deduction"
+        if k.tparams and code.lstrip().startswith("template"):
+            return "in a host template"
+        targs = " ".join((m.group(2) or "").split())
+        if k.tparams and launch_instances(targs, k.tparams, code, m.start(), macros) is None:
+            return f"template arguments <{targs}>"
+    return "other"
 
 
 def call_refused(node: ast.Call) -> str | None:

@@ -8,15 +8,17 @@ the 2-core CI machine. Almost every KernelBench candidate is kernels on plain po
 * ``device``: the kernels, ``__device__`` functions and variables, and the torch-free declarations they can use
   (types, constants, macros, includes other than torch's), plus one launch shim per kernel,
   ``void musaenv_launch_<k>(dim3, dim3, size_t, cudaStream_t, <k's parameters>)`` that launches it with
-  ``<<<...>>>``. nvcc compiles it without a torch header: about a second. A template kernel (one type parameter)
-  gets a template shim, instantiated for the types its launches use (``k<float>``; ``k<scalar_t>`` in
-  ``AT_DISPATCH_FLOATING_TYPES``: double, float), never from a host template (it may not be instantiated).
+  ``<<<...>>>``. nvcc compiles it without a torch header: about a second. A template kernel (type and integral
+  non-type parameters) gets a template shim, explicitly instantiated for exactly the arguments its launches use
+  (``k<float, 256>``; ``k<scalar_t>`` inside ``AT_DISPATCH_FLOATING_TYPES``: double, float; in a host template, as
+  that template's calls instantiate it: :mod:`musaenv.build.cuda_templates`). ``extern "C"`` declarations and
+  blocks are placed as the same code without it and carried as written (:mod:`musaenv.build.cuda_chunks`).
 * ``host``: everything that is not device code, in the original order, with each ``k<<<g, b[, s[, st]]>>>(args)``
   replaced by a call to ``k``'s shim (declared where ``k`` was defined, so a launch before the kernel is declared
   still fails). g++ compiles it like a C++ candidate (torch's flags, a precompiled ``torch/types.h``).
 
-The split is conservative: anything it cannot place for certain (conditional compilation, namespaces, other
-template kernels or launches, kernel names used other than in a launch, torch types in device code, ...) returns
+The split is conservative: anything it cannot place for certain (conditional compilation, namespaces, template
+arguments it cannot read, kernel names used other than in a launch, torch types in device code, ...) returns
 ``None`` and the caller builds the source as written. A split says "this builds", or that a kernel's own error is
 the verdict where torch's headers could not explain it (:mod:`musaenv.build.cuda_fast`)."""
 

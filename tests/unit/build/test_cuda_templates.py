@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
+from musaenv import _env
+from musaenv.build.buildspec import BuildSpec
 from musaenv.build.cuda_compile import _CUDA_PRELUDE
+from musaenv.build.cuda_fast import cuda_fast_build
 from musaenv.build.cuda_split import split_cuda
+from musaenv.build.loader import pch_cache_root
+from tests.unit.build.test_cuda_fast import bound  # noqa: F401 (the fixture the slow tests use)
 
 TILED = r"""
 #include <torch/extension.h>
@@ -160,3 +166,44 @@ def test_a_host_template_never_called_instantiates_nothing():
 def test_host_templates_whose_instances_are_not_known_are_built_as_written(old, new):
     assert old in HOSTED
     assert _split(HOSTED.replace(old, new)) is None
+
+
+def _spec(cuda: str, decl: str, function: str) -> tuple[dict[str, Any], str]:
+    spec = BuildSpec.from_load_inline(
+        {"cpp_sources": decl, "cuda_sources": cuda, "functions": [function]}, "cuda", compile_only=True
+    )
+    return {**spec.to_dict(), "timeout_s": 600}, spec.name
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bound")
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_template_kernels_of_the_new_shapes_build_through_the_split(tmp_path):
+    for i, (src, decl, fn) in enumerate([
+        (TILED, "torch::Tensor tiled_cuda(torch::Tensor x, bool clamp);", "tiled_cuda"),
+        (HOSTED, "torch::Tensor neg_cuda(torch::Tensor x);", "neg_cuda"),
+    ]):  # fmt: skip
+        spec, name = _spec(src, decl, fn)
+        (tmp_path / str(i)).mkdir()
+        res = cuda_fast_build(spec, name, tmp_path / str(i), pch_cache_root())
+        assert res is not None and res.ok and res.tier == "split", res
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("bound")
+@pytest.mark.skipif(_env.cuda_home() is None, reason="needs nvcc")
+def test_an_error_only_some_dispatched_types_show_is_judged_by_the_types_dispatched(tmp_path):
+    # ``%`` on scalar_t: every integer instance compiles, double and float do not. Under the integral dispatch the
+    # split builds it (no floating instance is compiled, as in the unsplit unit); under all types the floating
+    # instances' error is the verdict, in cuda.cu's lines.
+    src = TILED.replace("x[i] * scalar_t(WIDTH)", "x[i] % scalar_t(WIDTH)")
+    spec, name = _spec(src.replace("AT_DISPATCH_ALL_TYPES(", "AT_DISPATCH_INTEGRAL_TYPES("),
+                       "torch::Tensor tiled_cuda(torch::Tensor x, bool clamp);", "tiled_cuda")  # fmt: skip
+    (tmp_path / "a").mkdir()
+    res = cuda_fast_build(spec, name, tmp_path / "a", pch_cache_root())
+    assert res is not None and res.ok, res
+    spec, name = _spec(src, "torch::Tensor tiled_cuda(torch::Tensor x, bool clamp);", "tiled_cuda")
+    (tmp_path / "b").mkdir()
+    res = cuda_fast_build(spec, name, tmp_path / "b", pch_cache_root())
+    assert res is not None and not res.ok and "must have integral or unscoped enum type" in res.log, res
+    assert "cuda.cu(" in res.log and "scalar_t=double" in res.log and "scalar_t=int" not in res.log, res.log
