@@ -16,8 +16,9 @@ where every launch's arguments are known without compiling anything:
   function, ``const int B = 256;`` (``constexpr`` too), declared once in it, before the launch, in a block around
   it, and no other name of it declared there (nor a macro of its name anywhere).
 
-Anything else (deduced arguments, default arguments, template template parameters, a launch in a host template,
-which may never be instantiated) is not split.
+A launch inside a host template is instantiated as that template is (:class:`HostTemplates`). Anything else
+(deduced arguments, default arguments, template template parameters, ``if constexpr`` around a launch) is not
+split.
 """
 
 from __future__ import annotations
