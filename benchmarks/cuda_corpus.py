@@ -42,9 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from musaenv.toolchains.buildspec import BuildSpec
+from musaenv.toolchains.cuda_chunks import with_linkage
 from musaenv.toolchains.cuda_compile import _CUDA_PRELUDE
 from musaenv.toolchains.cuda_fast import split_unfit
 from musaenv.toolchains.cuda_split import _UNSUPPORTED, _blank, _chunks, _kernel, _place, _rewrite_launches, split_cuda
+from musaenv.toolchains.cuda_templates import HostTemplates, launch_instances, literal_macros
 from musaenv.verification.static_names import build_symbols, is_load_inline_name
 from musaenv.verification.static_sources import RecoveredBuild, find_builds
 
@@ -156,18 +158,25 @@ def why_unsplittable(source: str) -> str:
     m = _UNSUPPORTED.search(code)
     if m:
         word = re.sub(r"\s+", " ", m.group(0)).strip(" {=")
-        return {'R"': "raw string literal", 'extern "': 'extern "C"'}.get(word, word if "namespace" not in word
-                                                                         else "namespace block")  # fmt: skip
+        return "raw string literal" if word == 'R"' else "namespace block" if "namespace" in word else word
     chunks = _chunks(source, code)
     if not chunks:
         return "top level unreadable"
+    chunks = with_linkage(chunks)
+    if chunks is None:
+        return "linkage the split cannot open (not C, nested, #-lines inside)"
     kernels: dict[str, Any] = {}
+    hosts = HostTemplates(literal_macros(code))
     for chunk in chunks:
         where = _place(chunk)
         if where is None:
             if chunk.directive:
                 return '#include "..."' if "include" in chunk.code else "conditional compilation"
             return "__host__ on device code" if "__host__" in chunk.code else "torch types in device code"
+        if chunk.linkage and (
+            where == "both" or (where == "device" and (_kernel(chunk) is None or "template" in chunk.code))
+        ):
+            return 'extern "C" on a variable, a template or a copy in each unit'
         if where == "device" and "__global__" in chunk.code:
             k = _kernel(chunk)
             if k is None:
@@ -175,9 +184,29 @@ def why_unsplittable(source: str) -> str:
             if k.name in kernels and kernels[k.name].params != k.params:
                 return "overloaded kernel"
             kernels.setdefault(k.name, k)
-        elif where == "host" and _rewrite_launches(chunk.text, chunk.code, kernels) is None:
-            return "launch the split cannot read"
+        elif where == "host":
+            hosts.add_chunk(chunk.code)
+            if _rewrite_launches(chunk.text, chunk.code, kernels, hosts.macros, hosts) is None:
+                return f"launch the split cannot read ({_launch_reason(chunk.code, kernels, hosts.macros)})"
+    if kernels and hosts.instances({n: k.tparams for n, k in kernels.items() if k.tparams}) is None:
+        return "a host template called other than by calls the split reads"
     return "no kernel" if not kernels else "host code names device code"
+
+
+def _launch_reason(code: str, kernels: dict[str, Any], macros: dict[str, str | None]) -> str:
+    """Which kind of launch in a host chunk the split could not read (a diagnostic only)."""
+    for m in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:<([^<>;{}()]*)>)?\s*<<<", code):
+        k = kernels.get(m.group(1))
+        if k is None:
+            return "not a kernel defined before it"
+        if k.tparams and not m.group(2):
+            return "template arguments left to deduction"
+        if k.tparams and code.lstrip().startswith("template"):
+            return "in a host template"
+        targs = " ".join((m.group(2) or "").split())
+        if k.tparams and launch_instances(targs, k.tparams, code, m.start(), macros) is None:
+            return f"template arguments <{targs}>"
+    return "other"
 
 
 def call_refused(node: ast.Call) -> str | None:

@@ -132,10 +132,9 @@ def device_verdict(output: str, prelude_lines: int, names: Callable[[], TorchNam
     differently, and each error is either no lookup at all, or a lookup of a name they never spell (nor the
     candidate's host code: ``names`` has its words too), or a member-only operator on built-in or CUDA vector types.
     Anything else (a missing name a header could declare, a lookup nvcc does not name, another shape of error) is
-    left to the unsplit check. An error in a template
-    kernel seen through its shim's explicit instantiations counts too: the shims instantiate exactly the types the
-    unsplit unit's launches do (the launch's built-in type, or double and float under AT_DISPATCH_FLOATING_TYPES
-    alone; a launch inside a host template, which may never be instantiated, is not split: cuda_split).
+    left to the unsplit check. An error in a template kernel seen through its shim's explicit instantiations counts
+    too: the shims instantiate exactly the template arguments the unsplit unit's launches do, or there is no split
+    (:mod:`musaenv.toolchains.cuda_templates`).
     """
     errors = list(_NVCC_ERROR.finditer(output))
     rest = re.sub(r"errors? detected in the compilation of \"[^\"\n]*\"", "", _NVCC_ERROR.sub("", output))

@@ -8,15 +8,17 @@ the 2-core CI machine. Almost every KernelBench candidate is kernels on plain po
 * ``device``: the kernels, ``__device__`` functions and variables, and the torch-free declarations they can use
   (types, constants, macros, includes other than torch's), plus one launch shim per kernel,
   ``void musaenv_launch_<k>(dim3, dim3, size_t, cudaStream_t, <k's parameters>)`` that launches it with
-  ``<<<...>>>``. nvcc compiles it without a torch header: about a second. A template kernel (one type parameter)
-  gets a template shim, instantiated for the types its launches use (``k<float>``; ``k<scalar_t>`` in
-  ``AT_DISPATCH_FLOATING_TYPES``: double, float), never from a host template (it may not be instantiated).
+  ``<<<...>>>``. nvcc compiles it without a torch header: about a second. A template kernel (type and integral
+  non-type parameters) gets a template shim, explicitly instantiated for exactly the arguments its launches use
+  (``k<float, 256>``; ``k<scalar_t>`` inside ``AT_DISPATCH_FLOATING_TYPES``: double, float; in a host template, as
+  that template's calls instantiate it: :mod:`musaenv.toolchains.cuda_templates`). ``extern "C"`` declarations and
+  blocks are placed as the same code without it and carried as written (:mod:`musaenv.toolchains.cuda_chunks`).
 * ``host``: everything that is not device code, in the original order, with each ``k<<<g, b[, s[, st]]>>>(args)``
   replaced by a call to ``k``'s shim (declared where ``k`` was defined, so a launch before the kernel is declared
   still fails). g++ compiles it like a C++ candidate (torch's flags, a precompiled ``torch/types.h``).
 
-The split is conservative: anything it cannot place for certain (conditional compilation, namespaces, other
-template kernels or launches, kernel names used other than in a launch, torch types in device code, ...) returns
+The split is conservative: anything it cannot place for certain (conditional compilation, namespaces, template
+arguments it cannot read, kernel names used other than in a launch, torch types in device code, ...) returns
 ``None`` and the caller builds the source as written. A split says "this builds", or that a kernel's own error is
 the verdict where torch's headers could not explain it (:mod:`musaenv.toolchains.cuda_fast`)."""
 
@@ -24,6 +26,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from musaenv.toolchains.cuda_chunks import Chunk as _Chunk
+from musaenv.toolchains.cuda_chunks import blank as _blank
+from musaenv.toolchains.cuda_chunks import chunks as _chunks
+from musaenv.toolchains.cuda_chunks import with_linkage
+from musaenv.toolchains.cuda_templates import (
+    HostTemplates,
+    TemplateParams,
+    instances,
+    launch_instances,
+    literal_macros,
+    template_head,
+)
 
 __all__ = ["DEVICE_FILE", "DEVICE_ORIGIN", "DEVICE_PRELUDE", "CudaSplit", "split_cuda"]
 
@@ -47,15 +62,12 @@ _TORCH_WORD = re.compile(
 )
 _DEVICE_WORD = re.compile(r"\b(__global__|__device__|__constant__|__shared__|__managed__)\b")
 _UNSUPPORTED = re.compile(
-    r"\b(__managed__|asm|__CUDA_ARCH__|__CUDACC\w*__|__NVCC__)\b|R\"|\bextern\s*\"|\bnamespace\s*\w*\s*[{=]"
+    r"\b(__managed__|asm|__CUDA_ARCH__|__CUDACC\w*__|__NVCC__)\b|R\"|\bnamespace\s*\w*\s*[{=]"
+    r"|#\s*(define|undef)\s+(AT_DISPATCH\w*|scalar_t)\b"  # what template instances are read from (cuda_templates)
 )
+_TYPE_DEF = re.compile(r"\s*(template\s*<[^{]*>\s*)?(struct|class|union|enum|typedef|using)\b")
 _CONDITIONAL = re.compile(r"#\s*(if|ifdef|ifndef|elif|else|endif|error|line)\b")
 _KERNEL_HEAD = re.compile(r"(\w+)\s*\($")
-_TEMPLATE_HEAD = re.compile(r"\s*template\s*<\s*(?:typename|class)\s+([A-Za-z_]\w*)\s*>")
-# The types a launch may instantiate a template kernel with: one built-in arithmetic type, or ``scalar_t`` inside
-# torch's AT_DISPATCH_FLOATING_TYPES (double and float), the dispatch KernelBench generations use.
-_BUILTIN_ARG = re.compile(r"^(float|double|int|unsigned int|long|long long|unsigned long|short|char|bool)$")
-_DISPATCHED = ("double", "float")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _TYPE_WORDS = {"const", "volatile", "unsigned", "signed", "int", "float", "double", "char", "long", "short", "bool",
                "void", "size_t", "__restrict__", "__restrict", "struct", "__grid_constant__"}  # fmt: skip
@@ -77,95 +89,9 @@ class CudaSplit:
     kernels: tuple[str, ...]
 
 
-@dataclass
-class _Chunk:
-    text: str  # verbatim, comments included
-    code: str  # comments and string literals blanked, for classification
-    directive: bool = False
-    line: int = 1  # line of the source its first character is on
-
-
 def flags_allow_split(extra_cuda_cflags: list[str] | tuple[str, ...]) -> bool:
     """False for nvcc flags that change how units link or warn (relocatable device code, ``-Werror``)."""
     return not any(_FLAG_UNSAFE.search(f) for f in extra_cuda_cflags)
-
-
-def _blank(text: str) -> str | None:
-    """``text`` with comments and string/char literals replaced by spaces (newlines kept); None when unbalanced."""
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            if j < 0:
-                return None
-            j += 2
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c:
-                if text[j] == "\n":
-                    return None
-                j += 2 if text[j] == "\\" else 1
-            if j >= n:
-                return None
-            j += 1
-            out.append(c + "".join(" " if ch != "\n" else ch for ch in text[i + 1 : j - 1]) + c)
-            i = j
-            continue
-        else:
-            out.append(c)
-            i += 1
-            continue
-        out.append("".join(ch if ch == "\n" else " " for ch in text[i:j]))
-        i = j
-    return "".join(out)
-
-
-def _chunks(text: str, code: str) -> list[_Chunk] | None:
-    """Top-level declarations and preprocessor lines, in order (``code`` is ``text`` blanked, same offsets)."""
-    chunks: list[_Chunk] = []
-    i, n, start, depth = 0, len(code), 0, 0
-    while i < n:
-        c = code[i]
-        if depth == 0 and c == "#" and not code[start:i].strip():
-            j = i
-            while True:  # a directive runs to an unescaped newline
-                k = code.find("\n", j)
-                k = n if k < 0 else k
-                if k > 0 and code[k - 1] == "\\":
-                    j = k + 1
-                    continue
-                break
-            chunks.append(_Chunk(text[i:k], code[i:k], True, code.count("\n", 0, i) + 1))
-            i = start = k
-            continue
-        if c in "{([":
-            depth += 1
-        elif c in "})]":
-            depth -= 1
-            if depth < 0:
-                return None
-            if depth == 0 and c == "}" and _ends_at_brace(code, start, i):
-                chunks.append(_Chunk(text[start : i + 1], code[start : i + 1], line=code.count("\n", 0, start) + 1))
-                start = i + 1
-        elif c == ";" and depth == 0:
-            chunks.append(_Chunk(text[start : i + 1], code[start : i + 1], line=code.count("\n", 0, start) + 1))
-            start = i + 1
-        i += 1
-    if depth != 0 or code[start:].strip():
-        return None
-    return chunks
-
-
-def _ends_at_brace(code: str, start: int, close: int) -> bool:
-    """A ``}`` at depth 0 ends a function body; a class or an initialiser goes on to its ``;``."""
-    head = code[start : code.find("{", start)]
-    if code[close + 1 :].lstrip().startswith(";"):
-        return False  # the ';' closes it
-    return ")" in head and not re.match(r"\s*(template\s*<.*>\s*)?(struct|class|union|enum|typedef)\b", head, re.S)
 
 
 @dataclass
@@ -173,19 +99,19 @@ class _Kernel:
     name: str
     params: str
     names: list[str]
-    tparams: tuple[str, ...] = ()  # a template kernel's type parameters (``typename T``, ``class T`` only)
-    uses: set[str] = field(default_factory=set)  # the template arguments its launches spell, one type each
+    tparams: TemplateParams | None = None  # a template kernel's parameters (:mod:`musaenv.toolchains.cuda_templates`)
+    uses: set[tuple[str, ...]] = field(default_factory=set)  # the template arguments its launches instantiate
 
 
 def _kernel(chunk: _Chunk) -> _Kernel | None:
-    """Name and parameters of a ``__global__`` function definition or declaration; a template only of one type
-    parameter (``template <typename T>``)."""
+    """Name and parameters of a ``__global__`` function definition or declaration; a template only of type and
+    integral non-type parameters (:func:`~musaenv.toolchains.cuda_templates.template_head`)."""
     code = chunk.code
-    tparams: tuple[str, ...] = ()
-    template = _TEMPLATE_HEAD.match(code)
-    if template:
-        tparams = (template.group(1),)
-        code = " " * template.end() + code[template.end() :]
+    template = template_head(code)
+    if template is None:
+        return None
+    code = " " * template[0] + code[template[0] :]
+    tparams = template[1]
     body = code.find("{")
     head = code[: body if body >= 0 else len(code)].rstrip().rstrip(";").rstrip()
     if re.match(r"\s*template\b", code) or not head.endswith(")"):
@@ -232,8 +158,11 @@ def _split_top(args: str) -> list[str]:
     return [*parts, cur]
 
 
-def _rewrite_launches(text: str, code: str, kernels: dict[str, _Kernel]) -> str | None:
-    """Replace ``k<<<cfg>>>(args)`` by ``musaenv_launch_k(cfg..., args)``; None when a launch is unreadable."""
+def _rewrite_launches(
+    text: str, code: str, kernels: dict[str, _Kernel], macros: dict[str, str | None], hosts: HostTemplates | None = None
+) -> str | None:
+    """Replace ``k<<<cfg>>>(args)`` by ``musaenv_launch_k(cfg..., args)``; None when a launch is unreadable. A
+    template kernel's instances are noted in ``kernels``, or for a launch in a host template in ``hosts``."""
     out, pos = [], 0
     for m in re.finditer(r"\b([A-Za-z_]\w*)\s*(?:<([^<>;{}()]*)>)?\s*<<<", code):
         if m.start() < pos:
@@ -242,10 +171,15 @@ def _rewrite_launches(text: str, code: str, kernels: dict[str, _Kernel]) -> str 
         end_cfg = code.find(">>>", m.end())
         if name not in kernels or end_cfg < 0 or bool(targ) != bool(kernels[name].tparams):
             return None  # not a kernel of this source, or a template's arguments left to deduction
-        fits = _BUILTIN_ARG.match(targ) or (targ == "scalar_t" and _dispatches_floating(code))
-        if targ and (not fits or code.lstrip().startswith("template")):  # a host template may never be instantiated
-            return None
-        kernels[name].uses.add(targ)
+        tparams = kernels[name].tparams
+        if tparams is not None and code.lstrip().startswith("template"):  # instantiated as the host template is
+            if hosts is None or not hosts.launch(code, name, targ, m.start()):
+                return None
+        elif tparams is not None:
+            uses = launch_instances(targ, tparams, code, m.start(), macros)
+            if uses is None:
+                return None
+            kernels[name].uses.update(uses)
         paren = re.compile(r"\s*\(").match(code, end_cfg + 3)
         if not paren:
             return None
@@ -267,31 +201,15 @@ def _rewrite_launches(text: str, code: str, kernels: dict[str, _Kernel]) -> str 
     return "".join([*out, text[pos:]])
 
 
-def _dispatches_floating(code: str) -> bool:
-    """The launch's code dispatches by torch's AT_DISPATCH_FLOATING_TYPES alone (``scalar_t``: double, float)."""
-    return set(re.findall(r"\bAT_DISPATCH_\w+", code)) == {"AT_DISPATCH_FLOATING_TYPES"}
-
-
 def _shims(k: _Kernel) -> tuple[str, str]:
     """(host declaration, device definition) of kernel ``k``'s launch shim (a template of a template kernel)."""
     params = f", {k.params}" if k.params else ""
-    template = f"template <typename {k.tparams[0]}> " if k.tparams else ""
+    template = k.tparams.head() if k.tparams else ""
     head = f"{template}void musaenv_launch_{k.name}(dim3 musaenv_g, dim3 musaenv_b, size_t musaenv_s, "
     head += "cudaStream_t musaenv_st"
-    targs = f"<{k.tparams[0]}>" if k.tparams else ""
+    targs = f"<{', '.join(k.tparams.names)}>" if k.tparams else ""
     call = f"{k.name}{targs}<<<musaenv_g, musaenv_b, musaenv_s, musaenv_st>>>({', '.join(k.names)});"
     return f"{head}{params});", f"{head}{params}) {{ {call} }}"
-
-
-def _instances(k: _Kernel) -> str:
-    """Explicit instantiations of a template kernel's shim for the types its launches use (the device unit
-    defines them; the host unit only declares the template)."""
-    types = sorted({t for use in k.uses for t in (_DISPATCHED if use == "scalar_t" else (use,))})
-    out = []
-    for t in types:
-        params = re.sub(rf"\b{k.tparams[0]}\b", t, f", {k.params}" if k.params else "")
-        out.append(f"template void musaenv_launch_{k.name}<{t}>(dim3, dim3, size_t, cudaStream_t{params});")
-    return "\n".join(out)
 
 
 def _place(chunk: _Chunk) -> str | None:
@@ -322,46 +240,73 @@ def split_cuda(source: str, prelude: tuple[str, ...]) -> CudaSplit | None:
     code = _blank(source)
     if code is None or _UNSUPPORTED.search(code):
         return None
-    chunks = _chunks(source, code)
+    chunks = with_linkage(_chunks(source, code) or [])
     if not chunks:
         return None
     device, host = _DeviceText(len(prelude)), list(prelude)
     kernels: dict[str, _Kernel] = {}
     device_names: set[str] = set()
+    c_linkage: dict[str, str] = {}
+    hosts = HostTemplates(literal_macros(code))
     for chunk in chunks:
         where = _place(chunk)
-        if where is None:
-            return None
+        if where is None or (chunk.linkage and where == "both" and not _TYPE_DEF.match(chunk.code)):
+            return None  # C linkage only changes a name; a copy in each unit of a function or variable is no type
         if where in ("device", "both"):
-            device.add(chunk.text, chunk.line)
+            device.add(chunk.out, chunk.line)
         if where == "device":
-            k = _kernel(chunk) if re.search(r"\b__global__\b", chunk.code) else None
-            if re.search(r"\b__global__\b", chunk.code) and (
-                k is None or (k.name in kernels and kernels[k.name].params != k.params)
-            ):
-                return None  # a template or an overload: one shim name cannot spell it
-            if k is not None and k.name not in kernels:
-                kernels[k.name] = k
-                decl, definition = _shims(k)
-                device.add(definition)
-                host.append(decl)
+            if not _add_device(chunk, kernels, device, host, c_linkage):
+                return None
             device_names |= _defined_names(chunk.code)
             continue
-        rewritten = _rewrite_launches(chunk.text, chunk.code, kernels) if where == "host" else chunk.text
+        if where == "host":
+            hosts.add_chunk(chunk.code)
+        rewritten = (
+            _rewrite_launches(chunk.text, chunk.code, kernels, hosts.macros, hosts) if where == "host" else chunk.text
+        )
         if rewritten is None:
             return None
-        host.append(rewritten)
+        host.append(f'extern "C" {{{rewritten}}}' if chunk.wrap else rewritten)
     host_text = "\n".join(host) + "\n"
     host_code = _blank(host_text) or ""
     used = set(_IDENT.findall(host_code))
     if device_names & used - {f"musaenv_launch_{k}" for k in kernels} or "<<<" in host_code:
         return None  # the host code names device code (a kernel's address, a __constant__ symbol, ...)
-    if not kernels:
+    from_hosts = hosts.instances({k.name: k.tparams for k in kernels.values() if k.tparams})
+    if not kernels or from_hosts is None:
         return None
+    for name, uses in from_hosts.items():
+        kernels[name].uses |= uses
     for k in kernels.values():
         if k.tparams and k.uses:
-            device.add(_instances(k))
-    return CudaSplit(device.text(), host_text, tuple(kernels))
+            device.add(instances(k.name, k.tparams, k.params, k.uses))
+    return CudaSplit(device.text(), host_text + "".join(f"{d}\n" for d in c_linkage.values()), tuple(kernels))
+
+
+def _add_device(
+    chunk: _Chunk, kernels: dict[str, _Kernel], device: _DeviceText, host: list[str], c_linkage: dict[str, str]
+) -> bool:
+    """Note a device chunk's kernel (its shim: defined in the device unit, declared in the host unit) and its C
+    linkage; False when the split cannot spell it (a kernel overloaded or unreadable, a C-linkage variable)."""
+    is_kernel = bool(re.search(r"\b__global__\b", chunk.code))
+    k = _kernel(chunk) if is_kernel or chunk.linkage else None
+    if chunk.linkage:
+        if k is None or k.tparams:
+            return False
+        # The unsplit unit's headers may declare a function of this name (C's, Python's) that a C-linkage device
+        # function clashes with there: the host unit, which has those headers, declares it with a return type of
+        # its own, so any such function fails the host compile (and the source is built as written).
+        c_linkage.setdefault(k.name, f'extern "C" struct musaenv_c_linkage* {k.name}({k.params});')
+    if not is_kernel:
+        return True
+    if k is None or (k.name in kernels and (kernels[k.name].params, kernels[k.name].tparams) != (k.params, k.tparams)):
+        return False  # an overload: one shim name cannot spell it
+    if k.name not in kernels:
+        kernels[k.name] = k
+        decl, definition = _shims(k)
+        device.add(definition)
+        host.append(decl)
+    return True
 
 
 class _DeviceText:

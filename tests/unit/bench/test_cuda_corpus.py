@@ -42,17 +42,20 @@ ext = load_inline(name="add", cpp_sources=cpp_src, cuda_sources=cuda_src, {funct
 '''
 
 
+_LINKAGE = "linkage the split cannot open (not C, nested, #-lines inside)"
+
+
 def _program(cuda: str = _KERNEL, functions: str = 'functions=["add"], ') -> str:
     return _PROGRAM.format(cuda=cuda, functions=functions)
 
 
 def _corpus(root: Path) -> Path:
-    """Five generations: one the split takes, one binding its own module, one with ``extern "C"``, one that is not
+    """Five generations: one the split takes, one binding its own module, one with ``extern "C++"``, one that is not
     Python, one without ``load_inline``; KernelBench's labels for four of them."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "p1_s1_kernel.py").write_text(_program())
     (root / "p1_s2_kernel.py").write_text(_program(functions=""))
-    (root / "p1_s3_kernel.py").write_text(_program(cuda='extern "C" ' + _KERNEL.lstrip()))
+    (root / "p1_s3_kernel.py").write_text(_program(cuda='extern "C++" ' + _KERNEL.lstrip()))
     (root / "p1_s4_kernel.py").write_text("def broken(:\n")
     (root / "p1_s5_kernel.py").write_text("import torch\nclass ModelNew(torch.nn.Module):\n    pass\n")
     labels = [{"solution_id": f"p1_s{i}", "compiled": ok} for i, ok in ((1, True), (2, False), (3, True), (4, False))]
@@ -84,7 +87,7 @@ def test_classification_says_which_the_split_takes_and_why_not(tmp_path: Path) -
     assert rows["p1_s1"].fast and rows["p1_s1"].reason is None
     assert rows["p1_s1"].kwargs[0]["functions"] == ["add"] and rows["p1_s1"].kwargs[0]["extra_cuda_cflags"] == ["-O3"]
     assert not rows["p1_s2"].fast and "functions=" in (rows["p1_s2"].reason or "")
-    assert rows["p1_s3"].reason == 'not splittable: extern "C"'
+    assert rows["p1_s3"].reason == f"not splittable: {_LINKAGE}"
     assert rows["p1_s4"].reason == "python syntax error" and rows["p1_s5"].reason == "no load_inline call"
 
 
@@ -95,7 +98,7 @@ def test_shares_count_over_all_and_over_the_upstream_compiled(tmp_path: Path) ->
     assert got["all"]["unrecoverable"] == {"python syntax error": 1, "no load_inline call": 1}
     up = got["compiled_upstream"]
     assert (up["generations"], up["fast"], up["fast_share"]) == (2, 1, pytest.approx(0.5))
-    assert up["reasons"] == {'not splittable: extern "C"': 1}
+    assert up["reasons"] == {f"not splittable: {_LINKAGE}": 1}
 
 
 def test_a_call_torchs_signature_refuses_reaches_no_build_and_is_counted_apart(tmp_path: Path) -> None:
@@ -133,7 +136,16 @@ def test_strata_are_seeded_and_hold_only_their_kind(tmp_path: Path) -> None:
         ("#ifdef X\n#endif\n" + _KERNEL, "conditional compilation"),
         ("__global__ void k(torch::Tensor t) {}\n", "torch types in device code"),
         ("namespace ops {\n" + _KERNEL + "}\n", "namespace block"),
-        ("template <int N> __global__ void k(float* x) { x[0] = N; }\n", "template kernel of another shape"),
+        ("template <int N = 2> __global__ void k(float* x) { x[0] = N; }\n", "template kernel of another shape"),
+        ('extern "C++" {\n' + _KERNEL + "}\n", _LINKAGE),
+        (
+            "template <typename T> " + _KERNEL.lstrip(),
+            "launch the split cannot read (template arguments left to deduction)",
+        ),
+        (
+            "template <typename T> " + _KERNEL.lstrip().replace("add_kernel<<<", "add_kernel<T><<<"),
+            "launch the split cannot read (template arguments <T>)",
+        ),
         ("int f() { return 1; }\n", "no kernel"),
     ],
 )
