@@ -20,6 +20,7 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,19 +63,14 @@ def _libs_ident(libs: list[Path]) -> str:
 
 # Run in a child interpreter: importing torch in the parent (which never needs it otherwise) cost 3.3 s on the
 # first binary judgement of every process, and some 300 MB of its memory for the rest of its life.
-_SCHEMA_SCRIPT = """
-import json, torch
-ops = {}
-for s in torch._C._jit_get_all_schemas():
-    ns, _, name = s.name.partition("::")
-    if ns == "aten":
-        ops[f"{name}_{s.overload_name}" if s.overload_name else name] = name
-print(json.dumps(ops))
-"""
+_SCHEMA_SCRIPT = (
+    "import json; from musaenv.verification.libtorch_symbols import _schema_ops_here; "
+    "print(json.dumps(_schema_ops_here()))"
+)
 
 
 def _schema_ops_here() -> dict[str, str]:
-    import torch  # the fallback when no child interpreter can run it
+    import torch  # here: in the child interpreter, or in a process that has torch already
 
     ops: dict[str, str] = {}
     for s in torch._C._jit_get_all_schemas():
@@ -102,7 +98,10 @@ def aten_op_structs() -> dict[str, str]:
     if "torch" in sys.modules:  # imported already (a worker, a test): read here, in 60 ms
         return _schema_ops_here()
     try:
-        out = subprocess.run([sys.executable, "-c", _SCHEMA_SCRIPT], capture_output=True, text=True, timeout=300)
+        root = str(Path(__file__).resolve().parents[2])  # this musaenv, importable however this process found it
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+        out = subprocess.run([sys.executable, "-c", _SCHEMA_SCRIPT], capture_output=True, text=True, timeout=300,
+                             env=env)  # fmt: skip
         ops = json.loads(out.stdout) if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, ValueError):
         ops = None
