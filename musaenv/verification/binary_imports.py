@@ -98,13 +98,9 @@ _VENDOR = re.compile(
 )
 
 
-def _op_names() -> dict[str, str]:
-    """``at::_ops`` struct name -> aten op name (``add_Tensor`` -> ``add``), from torch's own schemas."""
-    return aten_op_structs()
-
-
 @functools.lru_cache(maxsize=1)
 def _op_name_set() -> frozenset[str]:
+    """Every aten op name (the values of :func:`aten_op_structs`), for membership tests per symbol."""
     return frozenset(aten_op_structs().values())
 
 
@@ -133,7 +129,7 @@ def judge_symbol(name: str) -> tuple[str, bool] | None:
     if parts[0] == "at" and len(parts) >= 3 and parts[1] == "_ops":
         if parts[-1] == "redispatch":
             return "library_compute", True
-        op = _op_names().get(parts[2], parts[2])
+        op = aten_op_structs().get(parts[2], parts[2])
         return None if op in PLUMBING_OPS or op.rstrip("_") in PLUMBING_OPS else ("library_compute", True)
     if parts[0] == "at" and len(parts) >= 2 and parts[1] == "native":
         return "library_compute", True
