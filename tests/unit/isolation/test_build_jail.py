@@ -146,7 +146,7 @@ def _alive(pid: int) -> bool:
 
 _PIDS_SCRIPT = textwrap.dedent(
     """
-    import json, subprocess, sys
+    import json, subprocess, sys, time
     from pathlib import Path
     from musaenv.isolation.build_jail import run_confined
     from musaenv.isolation.limits import tree_cpu_seconds
@@ -155,6 +155,10 @@ _PIDS_SCRIPT = textwrap.dedent(
 
     def build(report):
         children = [subprocess.Popen(["sleep", "0.3"]) for _ in range(3)]
+        deadline = time.monotonic() + 5  # until each child has exec'd (before that it is a forked python)
+        while any(Path(f"/proc/{p.pid}/comm").read_text().strip() != "sleep" for p in children):
+            if time.monotonic() > deadline:
+                break
         seen = [(Path(f"/proc/{p.pid}/comm").read_text().strip(), tree_cpu_seconds(p.pid)) for p in children]
         for p in children:
             p.wait()
