@@ -177,7 +177,7 @@ class LocalEvaluator:
             cpu_threads=t.cpu_threads,
             allow_processes=get_backend(self.backend.name).jit_processes and self.backend.device != "cpu",
             workdir=str(worker.workdir),
-            sandbox={**self.config.sandbox.to_dict(), "address_space_mb": self._memory_budget_mb(task, worker)},
+            sandbox=self.config.sandbox.replace(address_space_mb=self._memory_budget_mb(task, worker)),
             runtime=RuntimeSettings.from_config(self.config).to_request(*self._tolerances(task)),
         )
 

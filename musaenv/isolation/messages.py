@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
+from musaenv.config import SandboxConfig
 from musaenv.isolation.plans import TimingPlan, TrialSpec
 from musaenv.isolation.records import Message, ProtocolError, ProtocolMismatch, decode
 from musaenv.isolation.reports import Phase, RuntimeChecks, RuntimeReport, TimingReport, TrialsReport
@@ -91,7 +92,8 @@ __all__ = [
 # ``scale`` and ``offset``, :attr:`Trial.skip`); 7: typed runtime reports, one record per phase (:class:`TrialsReport`,
 # :class:`TimingReport`, every field sent) for the ``runtime`` message of a phase and its free-form body; 8: a run
 # request's trials and timing plan as records (:class:`TrialSpec`, :class:`TimingPlan`, every field sent), and its
-# runtime checks (:class:`RuntimeChecks`); a :class:`Failure`'s stage one of :class:`FailureStage`
+# runtime checks (:class:`RuntimeChecks`), its sandbox settings (a :class:`~musaenv.config.SandboxConfig`); a
+# :class:`Failure`'s stage one of :class:`FailureStage`
 PROTOCOL_VERSION = 8
 
 # ------------------------------------------------------------------------------------------- worker -> parent
@@ -287,7 +289,7 @@ class CandidateRequest(RunRequest):
     compile_only: bool
     allow_processes: bool
     workdir: str
-    sandbox: dict[str, Any]
+    sandbox: SandboxConfig
     runtime: RuntimeChecks | None
 
 

@@ -106,13 +106,12 @@ def _runtime_extras(
 
 def _enter_sandbox(req: CandidateRequest) -> dict[str, Any]:
     try:
-        from musaenv.config import SandboxConfig
         from musaenv.isolation.sandbox import enter_sandbox
     except ImportError as e:  # sandbox module unavailable: say so, never pretend
         return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
     # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
     allow_processes = req.allow_processes
-    cfg = SandboxConfig.from_dict(req.sandbox)
+    cfg = req.sandbox
     memory = _device_memory(req.device, cfg.device_memory_fraction)
     report = enter_sandbox(cfg, Path(req.workdir), block_processes=not allow_processes, block_exec=not allow_processes)
     out = dict(report.to_dict())

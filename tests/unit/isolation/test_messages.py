@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from musaenv.config import EvalConfig
+from musaenv.config import EvalConfig, SandboxConfig
 from musaenv.isolation import messages
 from musaenv.isolation.messages import (
     BuildResult,
@@ -58,7 +58,7 @@ RECORDS: list[messages.Message] = [
         compile_only=False,
         allow_processes=False,
         workdir="/w",
-        sandbox={},
+        sandbox=SandboxConfig(),
         runtime=None,
     ),
     CandidateRequest(
@@ -68,7 +68,7 @@ RECORDS: list[messages.Message] = [
         compile_only=False,
         allow_processes=False,
         workdir="/w",
-        sandbox={},
+        sandbox=SandboxConfig(),
         runtime=messages.RuntimeChecks("strict", checks=True, atol=1e-2, rtol=1e-3),
     ),
     ReferenceRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
@@ -155,3 +155,13 @@ def test_a_failure_names_one_of_the_worker_stages_and_never_a_verdict_it_cannot_
     for forged in ("correct", "cheating", "COMPILE_ERROR", 3):
         with pytest.raises(ProtocolError, match="'stage'"):
             decode({**sent, "failure": {"stage": forged, "log": ""}}, Result)
+
+
+def test_the_sandbox_settings_travel_as_the_config_and_a_bad_value_is_refused_at_decoding() -> None:
+    req = next(r for r in RECORDS if isinstance(r, CandidateRequest))
+    sent = {**req.to_dict(), "sandbox": SandboxConfig(address_space_mb=512).to_dict()}
+    got = decode(sent, CandidateRequest)
+    assert isinstance(got, CandidateRequest) and got.sandbox == SandboxConfig(address_space_mb=512)
+    for forged in ({"address_space_mb": -1}, {"no_such_limit": 1}):
+        with pytest.raises(ProtocolError, match="SandboxConfig"):
+            decode({**sent, "sandbox": forged}, CandidateRequest)
