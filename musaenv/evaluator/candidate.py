@@ -36,10 +36,14 @@ from musaenv.isolation.messages import (
     TimeDone,
     TimeReady,
     Timing,
+    TimingReport,
     Trial,
+    TrialsReport,
     decode,
 )
+from musaenv.isolation.plans import TimingPlan
 from musaenv.isolation.process import WorkerProcess
+from musaenv.isolation.reports import RuntimeReports
 from musaenv.timing.paired import PairedSamples
 from musaenv.toolchains.flags import check_spec_flags
 from musaenv.toolchains.loader import BuildOutcome, BuildSpec, build_extension
@@ -64,7 +68,7 @@ class CandidateRun:
         warnings: Warning flags the worker raised.
         flags: Cheating flags raised while driving (protocol violations).
         sandbox: The sandbox report the worker sent.
-        runtime: The worker's runtime-check reports by phase (``trials``, ``timing``; docs/verification.md).
+        runtime: The worker's runtime-check reports, one per phase (docs/verification.md).
         runtime_arrays: Arrays of the ``trials`` report (repeat and perturbed-run outputs).
         cpu: CPU use of the trials and timing phases, read by the parent from ``/proc`` (:mod:`cpu_watch`).
         cpu_budget: Cores the worker may use (the reference's intra-op threads).
@@ -93,7 +97,7 @@ class CandidateRun:
     warnings: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     sandbox: dict[str, Any] = field(default_factory=dict)
-    runtime: dict[str, dict[str, Any]] = field(default_factory=dict)
+    runtime: RuntimeReports = field(default_factory=RuntimeReports)
     runtime_arrays: list[np.ndarray] = field(default_factory=list)
     refused_log: str = ""
     answered: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -231,10 +235,8 @@ def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarra
     elif isinstance(msg, Timing):
         run.timing = (msg, arrays)
     elif isinstance(msg, RuntimeReport):
-        if msg.phase not in ("trials", "timing") or msg.phase in run.runtime:  # one report per phase
-            raise ProtocolError(f"unexpected runtime report of phase {msg.phase!r}")
-        run.runtime[msg.phase] = msg.flat()
-        if msg.phase == "trials":
+        run.runtime = run.runtime.add(msg)  # one report per phase
+        if isinstance(msg, TrialsReport):
             run.runtime_arrays = arrays
     else:
         # CuPy kernels are compiled in the worker (musaenv.worker.cupy_hook), not by the parent's build service: only
@@ -245,7 +247,7 @@ def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarra
         run.warnings = list(msg.warnings)
         run.compile_only = msg.compile_only
         if msg.failure is not None:
-            run.failure = (msg.failure.stage, msg.failure.log)
+            run.failure = (msg.failure.stage.value, msg.failure.log)
         return True
     return False
 
@@ -282,7 +284,7 @@ def _pair(
     clock: StageClock,
     pairer: Callable[[], RefSession],
     serve: Callable[[BuildRequest], float],
-    timing: dict[str, Any],
+    timing: TimingPlan,
     cpu_clock: bool,
 ) -> Handoff | None:
     """Paired timing of the candidate (``worker``) with the reference; returns what ended the candidate's part
@@ -385,7 +387,7 @@ def _drive(
             got, handoff = (handoff if handoff is not None else _recv_within(worker, clock)), None
             if isinstance(got, str):
                 return _ran_out(worker, run, clock, phase, got)
-            msg = decode(got[0], BuildRequest, Stage, Trial, Timing, RuntimeReport, Result)
+            msg = decode(got[0], BuildRequest, Stage, Trial, Timing, TrialsReport, TimingReport, Result)
             arrays = got[1]
             if isinstance(msg, BuildRequest):
                 served = _serve_build(worker, msg, run, cfg, backend, compile_only, timeouts[phase], binary_policy)

@@ -30,6 +30,7 @@ from musaenv.evaluator.verdict import judge
 from musaenv.isolation import forkserver
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.messages import CandidateRequest
+from musaenv.isolation.plans import TimingPlan
 from musaenv.isolation.process import WorkerProcess, allocator_env
 from musaenv.isolation.process import worker_env as process_env
 from musaenv.tasks.external import check_memory
@@ -142,24 +143,24 @@ class LocalEvaluator:
         self._spare = self._new_worker()
         return worker
 
-    def _timing_request(self, plan: EvalPlan) -> dict[str, Any] | None:
+    def _timing_request(self, plan: EvalPlan) -> TimingPlan | None:
         t = self.config.timing
         if not t.enabled:
             return None
         flush = t.flush_bytes
         if flush is None:
             flush = (32 if self.backend.device == "cpu" else 256) * 1024 * 1024
-        return {
-            "seed": plan.timing_seed,
-            "pool": plan.timing_pool,
-            "keep": list(plan.keep),
-            "warmup": t.warmup,
-            "repeats": t.repeats,
-            "max_time_s": t.max_time_s,
-            "flush_bytes": flush if t.flush_cache else 0,
-            "baseline": t.baseline,
-            "paired": t.reference == "paired" and not self.backend.compile_only,
-        }
+        return TimingPlan(  # the config validates ranges, not types: a JSON config may say 3.0 where 3 is meant
+            seed=plan.timing_seed,
+            pool=plan.timing_pool,
+            keep=list(plan.keep),
+            warmup=int(t.warmup),
+            repeats=int(t.repeats),
+            max_time_s=float(t.max_time_s),
+            flush_bytes=int(flush) if t.flush_cache else 0,
+            baseline=t.baseline,
+            paired=t.reference == "paired" and not self.backend.compile_only,
+        )
 
     def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> CandidateRequest:
         t = self.config.timing
@@ -171,13 +172,13 @@ class LocalEvaluator:
             compile_only=self.backend.compile_only,
             shapes=[dict(s) for s in plan.shapes],
             init_seed=plan.init_seed,
-            trials=plan.trials_json(),
+            trials=plan.trial_specs(),
             timing=self._timing_request(plan),
             cpu_threads=t.cpu_threads,
             allow_processes=get_backend(self.backend.name).jit_processes and self.backend.device != "cpu",
             workdir=str(worker.workdir),
-            sandbox={**self.config.sandbox.to_dict(), "address_space_mb": self._memory_budget_mb(task, worker)},
-            runtime={**RuntimeSettings.from_config(self.config).to_request(), **self._tolerance_request(task)},
+            sandbox=self.config.sandbox.replace(address_space_mb=self._memory_budget_mb(task, worker)),
+            runtime=RuntimeSettings.from_config(self.config).to_request(*self._tolerances(task)),
         )
 
     def _memory_budget_mb(self, task: Task, worker: WorkerProcess) -> int:
@@ -214,11 +215,6 @@ class LocalEvaluator:
                 why += " + headroom; SandboxConfig.memory_factor)"
             result = result.replace(messages=(*result.messages, why))
         return result
-
-    def _tolerance_request(self, task: Task) -> dict[str, float]:
-        """The task's tolerance for the worker's provenance forward (musaenv.verification.runtime_provenance)."""
-        atol, rtol = self._tolerances(task)
-        return {"atol": float(atol), "rtol": float(rtol)}
 
     def _tolerances(self, task: Task) -> tuple[float, float]:
         atol = self.config.atol if self.config.atol is not None else task.atol
@@ -275,7 +271,7 @@ class LocalEvaluator:
             raise _Early(static.replace(task_id=base.task_id, backend=base.backend))
         return static
 
-    def _plan(self, task: Task, seed: int, base: EvalResult) -> tuple[EvalPlan, dict[str, Any] | None]:
+    def _plan(self, task: Task, seed: int, base: EvalResult) -> tuple[EvalPlan, TimingPlan | None]:
         """Stage 3: refuse a task known broken, guard memory, draw the plan; the reference starts drawing ahead."""
         if task.source_hash in self._broken_tasks:  # its reference failed before: no worker, no candidate verdict
             why = self._broken_tasks[task.source_hash]
@@ -324,7 +320,7 @@ class LocalEvaluator:
         return run
 
     def _reference_outputs(
-        self, task: Task, plan: EvalPlan, timing: dict[str, Any] | None, run: CandidateRun, base: EvalResult
+        self, task: Task, plan: EvalPlan, timing: TimingPlan | None, run: CandidateRun, base: EvalResult
     ) -> RefOutputs | None:
         """Stage 5: the reference's outputs (and timing) for the calls the candidate made; ``None`` when there is
         nothing to compare (the run failed or only compiled)."""
@@ -334,7 +330,7 @@ class LocalEvaluator:
             # On the CPU an untimed reference run (its timing is cached) needs no exclusive device.
             timed = self.backend.device != "cpu" or self._reference.needs_timing(task, plan, timing)
             limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
-            if timed and timing and timing["baseline"] == "compile":
+            if timed and timing and timing.baseline == "compile":
                 limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
             checked = _checked_calls(plan, run, self.config.timing.probes)
             with self._run_admission(task), (self._device_slot if timed else None) or nullcontext():
@@ -350,11 +346,9 @@ class LocalEvaluator:
     def _pairer(self, task: Task, plan: EvalPlan) -> Callable[[], RefSession] | None:
         """Starts the reference's side of paired timing when the candidate reaches it (``None``: not paired)."""
         timing = self._timing_request(plan)
-        if timing is None or not timing["paired"]:
+        if timing is None or not timing.paired:
             return None
-        limit_s = self.config.timing_timeout_s + (
-            self.config.compile_timeout_s if timing["baseline"] == "compile" else 0
-        )
+        limit_s = self.config.timing_timeout_s + (self.config.compile_timeout_s if timing.baseline == "compile" else 0)
         return partial(self._reference.start_pairing, task, plan, timing, limit_s)
 
     def _judge(self, task: Task, run: CandidateRun, ref: RefOutputs | None, static: tuple[str, ...]) -> EvalResult:

@@ -33,6 +33,7 @@ from musaenv.evaluator.cpu_watch import page_faults, process_cpu_clock
 from musaenv.isolation.channel import ProtocolError, Stalled
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import Result, TimeCall, TimeDone, TimeEnd, TimePrepare, TimeReady, Timing, decode
+from musaenv.isolation.plans import TimingPlan
 from musaenv.isolation.process import WorkerProcess
 from musaenv.timing.paired import PairedSamples
 
@@ -162,7 +163,7 @@ def pair_calls(
     cand_recv: Callable[[], TimeReady | TimeDone | Handoff],
     cand_send: Callable[[dict[str, Any]], None],
     ref: RefSession,
-    timing: dict[str, Any],
+    timing: TimingPlan,
     cand_cpu: Callable[[], int] | None = None,
     cand_waits: Callable[[float], None] | None = None,
 ) -> tuple[PairedSamples, Handoff | None]:
@@ -187,10 +188,10 @@ def pair_calls(
 
 
 def _pair_calls(
-    c: _Side, ref: RefSession, timing: dict[str, Any], waits: Callable[[float], None]
+    c: _Side, ref: RefSession, timing: TimingPlan, waits: Callable[[float], None]
 ) -> tuple[PairedSamples, Handoff | None]:
-    repeats, budget = int(timing["repeats"]), float(timing["max_time_s"])
-    keep = [int(k) for k in timing.get("keep", [])]
+    repeats, budget = timing.repeats, timing.max_time_s
+    keep = list(timing.keep)
     ref_cpu = process_cpu_clock(ref.worker.pid) if c.cpu is not None else None
     c.cpu = c.cpu if ref_cpu is not None else None  # both on one clock, or both on the wall clock
     r = _Side(ref.next, ref.send, ref_cpu)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from musaenv.config import EvalConfig
+from musaenv.isolation.plans import TrialSpec
 from musaenv.tasks.task import Shape, Task
 
 __all__ = [
@@ -122,13 +123,12 @@ class EvalPlan:
         """Correctness trials of the plan: the ordinary ones, then the stress trials."""
         return len(self.trials) + len(self.stress)
 
-    def trials_json(self, extra: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
+    def trial_specs(self, extra: list[tuple[int, int]] | None = None) -> list[TrialSpec]:
         """Trials as the worker protocol expects them: the ordinary ones, the stress trials (with ``scale`` and
         ``offset``), then ``extra``."""
-        plain = [{"shape_index": k, "seed": s} for k, s in self.trials]
-        stress = [{"shape_index": t.shape_index, "seed": t.seed, "scale": t.scale, "offset": t.offset}
-                  for t in self.stress]  # fmt: skip
-        return plain + stress + [{"shape_index": k, "seed": s} for k, s in extra or []]
+        plain = [TrialSpec(k, s) for k, s in self.trials]
+        stress = [TrialSpec(t.shape_index, t.seed, t.scale, t.offset) for t in self.stress]
+        return plain + stress + [TrialSpec(k, s) for k, s in extra or []]
 
 
 def first_use_calls(n_calls: int, warmup: int, pool: int) -> list[int]:

@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ from musaenv.isolation.messages import (
     TrialStats,
     decode,
 )
+from musaenv.isolation.plans import TimingPlan, TrialSpec
 from musaenv.isolation.process import WorkerProcess
 from musaenv.tasks.task import Task
 from musaenv.timing.paired import TIMING_METHOD
@@ -202,7 +203,7 @@ class ReferenceService:
         self,
         task: Task,
         plan: EvalPlan,
-        timing_cfg: dict[str, Any] | None,
+        timing_cfg: TimingPlan | None,
         timeout_s: float,
         recheck_calls: Sequence[int] | None = None,
         probe_calls: Sequence[int] = (),
@@ -230,7 +231,7 @@ class ReferenceService:
         self,
         task: Task,
         plan: EvalPlan,
-        timing_cfg: dict[str, Any] | None,
+        timing_cfg: TimingPlan | None,
         calls: Sequence[int] | None = None,
         probes: Sequence[int] = (),
         kind: type[ReferenceRequest] = ReferenceRequest,
@@ -238,7 +239,7 @@ class ReferenceService:
         cached = self.cached_timing(task, plan) if timing_cfg else None
         if self.paired and kind is ReferenceRequest:  # timed beside the candidate instead (start_pairing)
             cached, timing_cfg = None, None
-        stats = [{"shape_index": k, "seed": seed, "stats": True} for k, seed in plan.recheck_trials(probes)]
+        stats = [TrialSpec(k, seed, stats=True) for k, seed in plan.recheck_trials(probes)]
         return kind(
             task_hash=task.source_hash,
             task_source=task.source,
@@ -246,7 +247,7 @@ class ReferenceService:
             init_seed=plan.init_seed,
             device=self.device,
             cpu_threads=self.cpu_threads,
-            trials=plan.trials_json(plan.recheck_trials(calls)) + stats,
+            trials=plan.trial_specs(plan.recheck_trials(calls)) + stats,
             timing=timing_cfg if (timing_cfg and cached is None) else None,
             draw_id=_draw_id(task, plan),
             atol=float(task.atol),
@@ -258,11 +259,11 @@ class ReferenceService:
         """True when the reference is timed beside each candidate, call by call (:meth:`start_pairing`)."""
         return self.timing.reference == "paired"
 
-    def needs_timing(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> bool:
+    def needs_timing(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan | None) -> bool:
         """True when :meth:`run` will time the reference (timing requested, not paired and not cached yet)."""
         return bool(timing_cfg) and not self.paired and self.cached_timing(task, plan) is None
 
-    def start_pairing(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any], timeout_s: float) -> RefSession:
+    def start_pairing(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan, timeout_s: float) -> RefSession:
         """Start the reference's side of paired timing (:mod:`.pairing`): the worker pinned to the timing cores
         a candidate gets, its warm-up under way, its calls waiting for the parent.
 
@@ -273,7 +274,7 @@ class ReferenceService:
             worker = self._ensure_worker()
             if self.device == "cpu":
                 pin_threads(worker.pid, timing_cpus(self.cpu_threads))
-            req = self._request(task, plan, {**timing_cfg, "paired": True}, kind=PairedRequest)
+            req = self._request(task, plan, replace(timing_cfg, paired=True), kind=PairedRequest)
             worker.chan.send(req.to_dict())
         except (ReferenceError_, OSError) as e:
             if self._worker is not None:
@@ -283,7 +284,7 @@ class ReferenceService:
         self._session = RefSession(worker, StageClock(worker.pid, timeout_s))
         return self._session
 
-    def prepare(self, task: Task, plan: EvalPlan, timing_cfg: dict[str, Any] | None) -> None:
+    def prepare(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan | None) -> None:
         """Let the worker draw this plan's inputs now (CPU only; no reply), before :meth:`run` needs the device.
 
         Best effort: if the worker is not there or the draw fails, :meth:`run` draws them itself.
@@ -300,7 +301,7 @@ class ReferenceService:
         self,
         task: Task,
         plan: EvalPlan,
-        timing_cfg: dict[str, Any] | None,
+        timing_cfg: TimingPlan | None,
         timeout_s: float,
         calls: list[int],
         probes: list[int],

@@ -384,10 +384,7 @@ def attach_timing(
 
 
 def _remeasure(run: CandidateRun) -> list[float]:
-    try:
-        return [float(x) for x in (run.runtime.get("timing") or {}).get("remeasure_ms") or []]
-    except (TypeError, ValueError):  # malformed: judged as missing (assess_runtime already flagged it)
-        return []
+    return list(run.runtime.timing.remeasure_ms) if run.runtime.timing is not None else []
 
 
 def _paired_timing(

@@ -13,7 +13,8 @@ Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference wor
 :mod:`musaenv.worker.reference`):
 
 * worker -> parent: :class:`Ready`, :class:`Stage`, :class:`Trial`, :class:`TrialStats`, :class:`Timing`,
-  :class:`RuntimeReport`, :class:`BuildRequest` (the loader hook, :mod:`musaenv.worker.loader_hook`), :class:`Result`.
+  :class:`TrialsReport` / :class:`TimingReport` (:mod:`.reports`), :class:`BuildRequest` (the loader hook,
+  :mod:`musaenv.worker.loader_hook`), :class:`Result`.
 * parent -> worker: :class:`CandidateRequest` (candidate), :class:`ReferenceRequest` / :class:`DrawRequest` /
   :class:`PairedRequest` / :class:`Shutdown` (reference), :class:`Go`, :class:`BuildResult` (the build service,
   :mod:`musaenv.evaluator.candidate`).
@@ -22,7 +23,7 @@ Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference wor
   instead of the next :class:`TimePrepare` to stop.
 
 Nested parts that another module owns and checks (a build spec: :class:`~musaenv.toolchains.buildspec.BuildSpec`;
-a runtime report's body: :mod:`musaenv.verification.runtime`; trial and timing plans:
+the profile and provenance in a runtime report: :mod:`musaenv.verification.coverage`; trial and timing plans:
 :mod:`musaenv.evaluator.plan`) travel as JSON objects whose contents those modules validate.
 
 Size: every typed record that crosses the process boundary, in the one module both sides import (the protocol
@@ -32,9 +33,13 @@ version lives with them).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar
 
+from musaenv.config import SandboxConfig
+from musaenv.isolation.plans import TimingPlan, TrialSpec
 from musaenv.isolation.records import Message, ProtocolError, ProtocolMismatch, decode
+from musaenv.isolation.reports import Phase, RuntimeChecks, RuntimeReport, TimingReport, TrialsReport
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -45,10 +50,12 @@ __all__ = [
     "ExitQuery",
     "ExitStatus",
     "Failure",
+    "FailureStage",
     "ForkServerReady",
     "Go",
     "Message",
     "PairedRequest",
+    "Phase",
     "ProtocolError",
     "ProtocolMismatch",
     "Ready",
@@ -58,6 +65,7 @@ __all__ = [
     "Released",
     "Result",
     "RunRequest",
+    "RuntimeChecks",
     "RuntimeReport",
     "Shutdown",
     "Spawn",
@@ -69,16 +77,24 @@ __all__ = [
     "TimePrepare",
     "TimeReady",
     "Timing",
+    "TimingPlan",
+    "TimingReport",
     "Trial",
+    "TrialSpec",
     "TrialStats",
+    "TrialsReport",
     "decode",
     "read_hello",
 ]
 
 # Raise on any change of a record's fields or meaning: parent and workers must run the same code.
 # 4: paired timing (TimePrepare, TimeReady, TimeCall, TimeDone, TimeEnd, PairedRequest); 5: stress trials (a trial's
-# ``scale`` and ``offset``, :attr:`Trial.skip`)
-PROTOCOL_VERSION = 6
+# ``scale`` and ``offset``, :attr:`Trial.skip`); 7: typed runtime reports, one record per phase (:class:`TrialsReport`,
+# :class:`TimingReport`, every field sent) for the ``runtime`` message of a phase and its free-form body; 8: a run
+# request's trials and timing plan as records (:class:`TrialSpec`, :class:`TimingPlan`, every field sent), and its
+# runtime checks (:class:`RuntimeChecks`), its sandbox settings (a :class:`~musaenv.config.SandboxConfig`); a
+# :class:`Failure`'s stage one of :class:`FailureStage`
+PROTOCOL_VERSION = 8
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 
@@ -158,31 +174,25 @@ class Timing(Message):
     baseline_note: str = ""
 
 
-@dataclass(frozen=True)
-class RuntimeReport(Message):
-    """The runtime probe's report of a phase (``trials``: its arrays follow); the body is judged by
-    :func:`musaenv.verification.runtime.assess_runtime`, which treats a malformed body as a protocol violation."""
+class FailureStage(str, Enum):
+    """How a worker's run may end early: a verdict stage, or what the parent turns into one (``input_error``: the
+    task's inputs failed, ``not_built``: nothing could be built here, ``needs_gpu``: the CPU interpreter cannot go
+    on). No other stage is accepted from a worker: a run that ended early is never ``correct`` on its word."""
 
-    TYPE: ClassVar[str] = "runtime"
-    phase: str
-    report: dict[str, Any]
-
-    @classmethod
-    def of(cls, report: dict[str, Any]) -> RuntimeReport:
-        """Wrap a :class:`~musaenv.verification.runtime_probe.RuntimeGuard` report (``type`` and ``phase`` keys)."""
-        body = {k: v for k, v in report.items() if k not in ("type", "phase")}
-        return cls(phase=str(report["phase"]), report=body)
-
-    def flat(self) -> dict[str, Any]:
-        """The report as the guard made it (``type`` and ``phase`` included), as the verdict reads it."""
-        return {"type": self.TYPE, "phase": self.phase, **self.report}
+    FORMAT_ERROR = "format_error"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    INFRA_ERROR = "infra_error"
+    INPUT_ERROR = "input_error"
+    NOT_BUILT = "not_built"
+    NEEDS_GPU = "needs_gpu"
 
 
 @dataclass(frozen=True)
 class Failure(Message):
-    """Why a worker's run ended early: the verdict stage it names and the log."""
+    """Why a worker's run ended early: the stage it names and the log."""
 
-    stage: str
+    stage: FailureStage
     log: str
 
 
@@ -256,16 +266,15 @@ class Shutdown(Message):
 class RunRequest(Message):
     """What candidate and reference requests share: the program's shapes, trials and timing plan, the device.
 
-    ``trials``: ``{"shape_index", "seed"}`` per trial, plus ``scale`` and ``offset`` for a stress trial
-    (:meth:`~musaenv.evaluator.plan.EvalPlan.trials_json`);
-    ``timing``: the timing plan (``seed``, ``pool``, ``keep``, ``warmup``, ``repeats``, ...) or ``None``.
+    ``trials``: one :class:`TrialSpec` per trial (:meth:`~musaenv.evaluator.plan.EvalPlan.trial_specs`);
+    ``timing``: the :class:`TimingPlan`, or ``None``: no timing.
     """
 
     task_source: str
     shapes: list[dict[str, Any]]
     init_seed: int
-    trials: list[dict[str, Any]]
-    timing: dict[str, Any] | None
+    trials: list[TrialSpec]
+    timing: TimingPlan | None
     device: str
     cpu_threads: int
 
@@ -280,8 +289,8 @@ class CandidateRequest(RunRequest):
     compile_only: bool
     allow_processes: bool
     workdir: str
-    sandbox: dict[str, Any]
-    runtime: dict[str, Any] | None
+    sandbox: SandboxConfig
+    runtime: RuntimeChecks | None
 
 
 @dataclass(frozen=True)

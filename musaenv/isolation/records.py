@@ -10,6 +10,7 @@ from __future__ import annotations
 import types
 import typing
 from dataclasses import fields
+from enum import Enum
 from typing import Any, ClassVar, TypeVar, Union
 
 __all__ = ["Message", "ProtocolError", "ProtocolMismatch", "decode"]
@@ -51,8 +52,10 @@ def _conforms(value: Any, hint: Any) -> bool:
         return isinstance(value, list) and all(_conforms(v, item) for v in value)
     if origin is dict:
         return isinstance(value, dict)
-    if isinstance(hint, type) and issubclass(hint, Message):
+    if isinstance(hint, type) and (issubclass(hint, Message) or _is_config(hint)):
         return isinstance(value, dict)
+    if isinstance(hint, type) and issubclass(hint, Enum):  # a str-valued enum travels as its value
+        return isinstance(value, str) and value in hint._value2member_map_
     return isinstance(hint, type) and isinstance(value, hint)
 
 
@@ -67,7 +70,10 @@ class Message:
         out: dict[str, Any] = {"type": self.TYPE} if self.TYPE else {}
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, Message) else value
+            if isinstance(value, list):
+                out[f.name] = [v.to_dict() if isinstance(v, Message) else v for v in value]
+            else:
+                out[f.name] = value.to_dict() if isinstance(value, Message) or _is_config(type(value)) else value
         return out
 
     @classmethod
@@ -99,9 +105,36 @@ class Message:
             value = body[name]
             if not _conforms(value, hint):
                 raise ProtocolError(f"{cls.TYPE or cls.__name__} message: field {name!r} is {value!r:.80}")
-            nested = [h for h in (hint, *typing.get_args(hint)) if isinstance(h, type) and issubclass(h, Message)]
-            values[name] = nested[0].from_dict(value) if nested and isinstance(value, dict) else value
+            values[name] = _nested(value, hint)
         return cls(**values)
+
+
+def _is_config(cls: type) -> bool:
+    """A frozen config of :mod:`musaenv.config` (a JSON round trip of its own, validated on construction)."""
+    return not issubclass(cls, Message) and callable(getattr(cls, "from_dict", None)) and hasattr(cls, "to_dict")
+
+
+def _nested(value: Any, hint: Any) -> Any:
+    """A conforming value with its nested records (a field's, or a list's items) parsed into their records."""
+    candidates = (hint, *typing.get_args(hint))
+    nested = [h for h in candidates if isinstance(h, type) and issubclass(h, Message)]
+    if nested and isinstance(value, dict):
+        return nested[0].from_dict(value)
+    configs = [h for h in candidates if isinstance(h, type) and _is_config(h)]
+    if configs and isinstance(value, dict):
+        try:  # a frozen config validates itself (musaenv.config): its refusal is the message's
+            return typing.cast(Any, configs[0]).from_dict(value)
+        except (TypeError, ValueError) as e:
+            raise ProtocolError(f"{configs[0].__name__}: {e}") from None
+    enums = [h for h in candidates if isinstance(h, type) and issubclass(h, Enum)]
+    if enums and isinstance(value, str):
+        return enums[0](value)
+    listed = [h for h in candidates if typing.get_origin(h) is list]
+    if listed and isinstance(value, list):
+        (item,) = typing.get_args(listed[0]) or (Any,)
+        if isinstance(item, type) and issubclass(item, Message):
+            return [item.from_dict(v) for v in value]
+    return value
 
 
 def decode(d: dict[str, Any], *allowed: type[Message]) -> Message:

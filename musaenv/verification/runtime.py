@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from musaenv.config import EvalConfig
+from musaenv.isolation.reports import RuntimeChecks, RuntimeReport, RuntimeReports, TimingReport, TrialsReport
 from musaenv.verification.compare import compare_outputs
 from musaenv.verification.coverage import (
     ALLOWED_ATEN_OPS,
@@ -95,9 +96,9 @@ class RuntimeSettings:
         policy = config.static_policy if config.runtime_policy == "auto" else config.runtime_policy
         return cls(policy, config.runtime_checks, config.suspicious_speedup)
 
-    def to_request(self) -> dict[str, Any]:
-        """The worker's part of the settings (JSON-safe)."""
-        return {"policy": self.policy, "checks": self.checks}
+    def to_request(self, atol: float, rtol: float) -> RuntimeChecks:
+        """The worker's part of the settings, with the task's tolerance (for the provenance forward)."""
+        return RuntimeChecks(self.policy, self.checks, float(atol), float(rtol))
 
 
 @dataclass
@@ -235,25 +236,24 @@ def _repeat_findings(
         out.add("nondeterministic_bits", msg, error=False)
 
 
-def _state_findings(msg: Mapping[str, Any], out: RuntimeFindings, where: str) -> None:
-    threads = msg.get("threads") or {}
+def _state_findings(msg: RuntimeReport, out: RuntimeFindings, where: str) -> None:
+    threads = msg.threads
     # Only validated on the CPU backend so far: a GPU runtime may start helper threads lazily, so there it warns.
-    on_cpu = msg.get("device_type", "cpu") == "cpu"
-    if int(threads.get("max_seen", 0)) > int(threads.get("base", 0)) > 0:
-        out.add("thread_started", f"{threads['base']} threads before, {threads['max_seen']} {where}", error=on_cpu)
-    if threads.get("overuse"):
-        out.add("thread_started", "; ".join(map(str, threads["overuse"])) + f" ({where})", error=on_cpu)
-    if msg.get("global_state"):
-        out.add("global_state_changed", ", ".join(map(str, msg["global_state"])) + f" ({where})")
-    tampered = msg.get("tampered") or {}
-    if tampered.get("timer"):
-        out.add("timer_tampering", "replaced: " + ", ".join(map(str, tampered["timer"][:6])))
-    if tampered.get("harness"):
-        out.add("harness_tampering", "replaced: " + ", ".join(map(str, tampered["harness"][:6])))
+    on_cpu = msg.device_type == "cpu"
+    if threads.max_seen > threads.base > 0:
+        out.add("thread_started", f"{threads.base} threads before, {threads.max_seen} {where}", error=on_cpu)
+    if threads.overuse:
+        out.add("thread_started", "; ".join(threads.overuse) + f" ({where})", error=on_cpu)
+    if msg.global_state:
+        out.add("global_state_changed", ", ".join(msg.global_state) + f" ({where})")
+    if msg.tampered.timer:
+        out.add("timer_tampering", "replaced: " + ", ".join(msg.tampered.timer[:6]))
+    if msg.tampered.harness:
+        out.add("harness_tampering", "replaced: " + ", ".join(msg.tampered.harness[:6]))
 
 
 def _trial_findings(
-    msg: Mapping[str, Any],
+    msg: TrialsReport,
     arrays: Sequence[np.ndarray],
     cand: Sequence[Sequence[np.ndarray]],
     ref: Sequence[Sequence[np.ndarray]],
@@ -261,22 +261,22 @@ def _trial_findings(
     tol: tuple[float, float],
     out: RuntimeFindings,
 ) -> None:
-    calls = msg.get("kernel_calls")
+    calls = msg.kernel_calls
     if calls is not None:
         out.extra["kernel_calls"] = list(calls)
-        missing = [i + 1 for i, n in enumerate(calls) if int(n) <= 0]
+        missing = [i + 1 for i, n in enumerate(calls) if n <= 0]
         if missing:
             out.add("no_kernel_call", f"no extension call returned during trial(s) {missing}")
-        elif int(msg.get("repeat_calls", 1)) <= 0:
+        elif msg.repeat_calls <= 0:
             out.add("no_kernel_call", "trial 1 repeated with the same input ran no kernel (an output cache, S11)")
     _state_findings(msg, out, "after the trials")
-    n_rep, n_pert = int(msg.get("repeat_outputs", 0)), int(msg.get("perturb_outputs", 0))
+    n_rep, n_pert = msg.repeat_outputs, msg.perturb_outputs
     first_ok = bool(passed) and passed[0] and bool(cand) and bool(ref)
     if n_rep and first_ok:
         _repeat_findings(arrays[:n_rep], cand[0], ref[0], tol, out)
     if n_pert and first_ok and _bits_equal(arrays[n_rep : n_rep + n_pert], cand[0]):
         out.add("output_not_from_kernel", "trial 1 gave the same bits with the last kernel call's result overwritten")
-    out.extra["perturb"] = msg.get("perturb_note", "")
+    out.extra["perturb"] = msg.perturb_note
     _rewrite_findings(msg, arrays[n_rep + n_pert :], cand, ref, passed, tol, out)
     misses = input_dependence_failures(cand, ref, passed)
     if misses:
@@ -284,7 +284,7 @@ def _trial_findings(
 
 
 def _rewrite_findings(
-    msg: Mapping[str, Any],
+    msg: TrialsReport,
     arrays: Sequence[np.ndarray],
     cand: Sequence[Sequence[np.ndarray]],
     ref: Sequence[Sequence[np.ndarray]],
@@ -294,12 +294,12 @@ def _rewrite_findings(
 ) -> None:
     """Trial 1's tensors rewritten in place with trial ``j``'s values: the output must be trial ``j``'s, and the call
     before it (``rewrite_calls`` 2) trial 1's (judged only when the candidate passed both trials fresh)."""
-    n, j = int(msg.get("rewrite_outputs", 0)), int(msg.get("rewrite_trial", -1))
-    out.extra["rewrite"] = msg.get("rewrite_note", "")
+    n, j = msg.rewrite_outputs, msg.rewrite_trial
+    out.extra["rewrite"] = msg.rewrite_note
     if not n or not 0 < j < min(len(passed), len(ref), len(cand)) or not (passed[0] and passed[j]):
         return
     calls = [(j, f"trial 1's inputs rewritten in place with trial {j + 1}'s values")]
-    if int(msg.get("rewrite_calls", 1)) == 2:
+    if msg.rewrite_calls == 2:
         calls.insert(0, (0, "trial 1's inputs in fresh tensors"))
     for k, (trial, what) in enumerate(calls):
         cmp = compare_outputs(list(arrays[k * n : (k + 1) * n]), list(ref[trial]), tol[0], tol[1])
@@ -309,7 +309,7 @@ def _rewrite_findings(
 
 
 def assess_runtime(
-    reports: Mapping[str, Mapping[str, Any]],
+    reports: RuntimeReports,
     arrays: Sequence[np.ndarray],
     cand: Sequence[Sequence[np.ndarray]],
     ref: Sequence[Sequence[np.ndarray]],
@@ -320,7 +320,7 @@ def assess_runtime(
     """Judge the worker's runtime reports.
 
     Args:
-        reports: The worker's ``runtime`` messages by phase (``trials``, ``timing``); empty when it sent none.
+        reports: The worker's runtime reports (decoded and checked on receipt); none when it sent none.
         arrays: Arrays of the ``trials`` report: the poisoned repeat's outputs, then the perturbed run's.
         cand: Candidate outputs per correctness trial.
         ref: Reference outputs per correctness trial.
@@ -329,29 +329,28 @@ def assess_runtime(
         settings: :class:`RuntimeSettings` of this evaluation.
     """
     out = RuntimeFindings()
-    trials = reports.get("trials")
+    trials = reports.trials
     if trials is None:
         return out
-    if settings.policy != "off" and trials.get("profile") is not None:
-        _profile_findings(trials["profile"], settings.policy, out)
-    why = torch_computed(trials["provenance"]) if settings.policy != "off" and trials.get("provenance") else None
-    if trials.get("provenance"):
-        out.extra["provenance"] = dict(trials["provenance"])
+    if settings.policy != "off" and trials.profile is not None:
+        _profile_findings(trials.profile, settings.policy, out)
+    why = torch_computed(trials.provenance) if settings.policy != "off" and trials.provenance else None
+    if trials.provenance:
+        out.extra["provenance"] = dict(trials.provenance)
     if why is not None:
         out.add("torch_computed_output", why, error=settings.policy in PROVENANCE_POLICIES)
     if settings.checks:
         _trial_findings(trials, arrays, cand, ref, passed, tol, out)
-        timing = reports.get("timing")
-        if timing is not None:
-            _timing_findings(timing, out)
+        if reports.timing is not None:
+            _timing_findings(reports.timing, out)
     return out
 
 
-def _timing_findings(msg: Mapping[str, Any], out: RuntimeFindings) -> None:
-    if msg.get("remeasure_ms"):
-        out.extra["remeasure_ms"] = round(float(np.median(msg["remeasure_ms"])), 6)
-    calls, timed = msg.get("kernel_calls"), int(msg.get("forward_calls", 0))
-    if calls is not None and int(calls) < timed:
+def _timing_findings(msg: TimingReport, out: RuntimeFindings) -> None:
+    if msg.remeasure_ms:
+        out.extra["remeasure_ms"] = round(float(np.median(msg.remeasure_ms)), 6)
+    calls, timed = msg.kernel_calls, msg.forward_calls
+    if calls is not None and calls < timed:
         out.add("no_kernel_call", f"{calls} extension calls returned during {timed} timed forward calls")
     _state_findings(msg, out, "after timing")
 

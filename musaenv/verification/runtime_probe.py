@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from musaenv.isolation import proctree
+from musaenv.isolation.reports import RuntimeChecks, Tampered, Threads, TimingReport, TrialsReport
 from musaenv.verification.coverage import FLOOR_POLICIES, is_allowed_aten_op
 from musaenv.verification.runtime_perturb import Perturber, storage_key, tensors_in
 from musaenv.verification.runtime_profile import KernelTime, profile_call
@@ -128,7 +129,7 @@ class RuntimeGuard:
     """Observes one candidate in its worker; create it before the candidate's code is loaded.
 
     Args:
-        settings: ``{"policy": strict|permissive|off, "checks": bool}`` from the request (absent: everything off).
+        settings: The request's :class:`~musaenv.isolation.reports.RuntimeChecks` (``None``: everything off).
         device: The evaluation device.
         calls: The loader hook's :class:`~musaenv.worker.loader_hook.KernelCalls`.
         watch: Objects whose identity is checked (:func:`watch_targets`).
@@ -138,17 +139,14 @@ class RuntimeGuard:
 
     def __init__(
         self,
-        settings: Mapping[str, Any] | None,
+        settings: RuntimeChecks | None,
         device: torch.device,
         calls: Any,
         watch: Mapping[str, tuple[str, Any, str]],
         count_calls: bool = True,
     ) -> None:
-        s = dict(settings or {})
-        self.policy = str(s.get("policy", "off"))
-        # The task's tolerance, for the provenance forward (1e-4: the fp32 default, where the parent sent none).
-        self.tol = (float(s.get("atol", 1e-4)), float(s.get("rtol", 1e-4)))
-        self.checks = bool(s.get("checks", False))
+        s = settings or RuntimeChecks()
+        self.policy, self.tol, self.checks = s.policy, (s.atol, s.rtol), s.checks
         self.device, self.calls, self.count_calls = device, calls, count_calls
         # A name the candidate cannot guess, so it cannot open a range of its own that reads as kernel time.
         self.span = f"musaenv::kernel_call#{secrets.token_hex(8)}"
@@ -211,14 +209,15 @@ class RuntimeGuard:
         return out
 
     def _facts(self) -> dict[str, Any]:
+        """The fields of :class:`~musaenv.isolation.reports.RuntimeReport` both phases carry, as keyword arguments."""
         self._observe_threads()
         now = global_state()
-        return {
-            "device_type": self.device.type,
-            "threads": {"base": self.thread_base, "max_seen": self.max_threads, "overuse": self._core_overuse()},
-            "global_state": [f"{k}: {v} -> {now[k]}" for k, v in self._state.items() if now.get(k) != v],
-            "tampered": self._tampered(),
-        }
+        return dict(
+            device_type=self.device.type,
+            threads=Threads(self.thread_base, self.max_threads, self._core_overuse()),
+            global_state=[f"{k}: {v} -> {now[k]}" for k, v in self._state.items() if now.get(k) != v],
+            tampered=Tampered(**self._tampered()),
+        )
 
     def _poison(self, nbytes: Sequence[int]) -> None:
         """Fill blocks the size of trial 1's outputs with 0xFF (NaN / -1) and free them, for a repeat to land on."""
@@ -232,43 +231,41 @@ class RuntimeGuard:
         make_args: Callable[[], list[Any]],
         to_array: Callable[..., Any],
         rewrite: tuple[int, Callable[[], list[Any]]] | None = None,
-    ) -> tuple[dict[str, Any], list[Any]]:
+    ) -> tuple[TrialsReport | None, list[Any]]:
         """The profiled, poisoned repeat of trial 1, the perturbed run and, given ``rewrite`` (a later trial of the
-        same shape and its inputs), the rewrite run (:meth:`_rewritten`); returns the ``trials`` report and arrays."""
-        report: dict[str, Any] = {"type": "runtime", "phase": "trials"}
-        arrays: list[Any] = []
+        same shape and its inputs), the rewrite run (:meth:`_rewritten`); returns the ``trials`` report (``None``:
+        nothing is checked) and its arrays."""
         if self.policy == "off" and not self.checks:
-            return report, arrays
+            return None, []
         self._poison(self.first_out_bytes if self.checks else ())
         args = make_args()
         mark = self.calls.count
+        profile: dict[str, Any] | None = None
         with torch.no_grad():
             if self.policy != "off":
-                outs, report["profile"] = self._profiled(lambda: model(*args))
+                outs, profile = self._profiled(lambda: model(*args))
             else:
                 outs = model(*args)
         self._sync()
-        report["repeat_calls"] = self.calls.count - mark
-        if self.policy in FLOOR_POLICIES:
-            report["profile"]["runs"] = self._coverage_runs(model, make_args)
-        if self.policy != "off" and _torch_compute_seen(report["profile"]):
-            report["provenance"] = self._provenance(model, make_args)
+        fields: dict[str, Any] = dict(repeat_calls=self.calls.count - mark)
+        if profile is not None and self.policy in FLOOR_POLICIES:
+            profile["runs"] = self._coverage_runs(model, make_args)
+        if self.policy != "off" and _torch_compute_seen(profile):
+            fields.update(provenance=self._provenance(model, make_args))
+        arrays: list[Any] = []
         if self.checks:
-            rep = [to_array(t) for t in _flat_outputs(outs)]
-            arrays.extend(rep)
-            report["repeat_outputs"] = len(rep)
+            arrays = [to_array(t) for t in _flat_outputs(outs)]
             pert, note = self._perturbed(model, make_args, to_array)
+            fields.update(repeat_outputs=len(arrays), perturb_outputs=len(pert), perturb_note=note)
             arrays.extend(pert)
-            report.update(perturb_outputs=len(pert), perturb_note=note)
             if rewrite is not None:
                 again, note = self._rewritten(model, make_args, rewrite[1], to_array)
                 arrays.extend(again)
-                report.update(
+                fields.update(
                     rewrite_outputs=len(again) // 2, rewrite_calls=2, rewrite_trial=rewrite[0], rewrite_note=note
                 )
-            report["kernel_calls"] = list(self.trial_calls) if self.count_calls else None
-            report.update(self._facts())
-        return report, arrays
+            fields.update(kernel_calls=list(self.trial_calls) if self.count_calls else None, **self._facts())
+        return TrialsReport(profile=profile, **fields), arrays
 
     def _profiled(self, call: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
         """``call`` profiled, every call into the candidate's kernels timed (:class:`KernelTime`)."""
@@ -357,19 +354,17 @@ class RuntimeGuard:
 
     def finish_timing(
         self, model: Any, pool: Sequence[Sequence[Any]], timed_calls: int, flush_bytes: int, repeats: int
-    ) -> dict[str, Any]:
-        """Re-measure a few calls with the captured clock; return the ``timing`` report."""
-        report: dict[str, Any] = {"type": "runtime", "phase": "timing"}
+    ) -> TimingReport | None:
+        """Re-measure a few calls with the captured clock; return the ``timing`` report (``None``: checks off)."""
         if not self.checks:
-            return report
+            return None
         samples = self._remeasure(model, pool, flush_bytes, min(REMEASURE_CALLS, max(repeats, 1)))
-        report.update(
+        return TimingReport(
             remeasure_ms=samples,
             forward_calls=timed_calls + len(samples),
             kernel_calls=(self.calls.count - self._mark) if self.count_calls else None,
+            **self._facts(),
         )
-        report.update(self._facts())
-        return report
 
     def _remeasure(self, model: Any, pool: Sequence[Sequence[Any]], flush_bytes: int, n: int) -> list[float]:
         """Same protocol as the timer (fresh clone, cache flush, synchronised host time), untouchable clock."""

@@ -25,11 +25,11 @@ from musaenv.isolation.channel import Channel, ProtocolError
 from musaenv.isolation.messages import (
     CandidateRequest,
     Failure,
+    FailureStage,
     Go,
     Ready,
     Result,
     RunRequest,
-    RuntimeReport,
     Stage,
 )
 from musaenv.timing.timers import DeviceClock, clone_args
@@ -84,7 +84,7 @@ def _runtime_extras(
 ) -> None:
     """Profiled and poisoned repeat of trial 1, perturbed run; sends the ``runtime`` report (docs/verification.md)."""
     first = req.trials[0]
-    k = int(first["shape_index"])
+    k = first.shape_index
     device = guard.device
 
     def make_args() -> list[Any]:
@@ -92,7 +92,7 @@ def _runtime_extras(
         return clone_args(to_device(drawn.trial_inputs(program, first), device))
 
     # the rewrite run: a later trial of the same shape, its values written into trial 1's own tensors
-    later = next((i for i, t in enumerate(req.trials) if i > 0 and int(t["shape_index"]) == k), None)
+    later = next((i for i, t in enumerate(req.trials) if i > 0 and t.shape_index == k), None)
 
     def other_args() -> list[Any]:
         assert later is not None
@@ -100,19 +100,18 @@ def _runtime_extras(
 
     rewrite = None if later is None else (later, other_args)
     report, arrays = guard.extra_runs(models[k], make_args, tensor_to_array, rewrite)
-    if len(report) > 2:  # more than type and phase: something was checked
-        chan.send(RuntimeReport.of(report).to_dict(), arrays)
+    if report is not None:  # something was checked
+        chan.send(report.to_dict(), arrays)
 
 
 def _enter_sandbox(req: CandidateRequest) -> dict[str, Any]:
     try:
-        from musaenv.config import SandboxConfig
         from musaenv.isolation.sandbox import enter_sandbox
     except ImportError as e:  # sandbox module unavailable: say so, never pretend
         return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
     # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
     allow_processes = req.allow_processes
-    cfg = SandboxConfig.from_dict(req.sandbox)
+    cfg = req.sandbox
     memory = _device_memory(req.device, cfg.device_memory_fraction)
     report = enter_sandbox(cfg, Path(req.workdir), block_processes=not allow_processes, block_exec=not allow_processes)
     out = dict(report.to_dict())
@@ -227,12 +226,12 @@ def _timing_phase(
     except BaseException as e:
         raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
     try:
-        timed_calls = int(t["warmup"]) + len(run.samples_ms)
-        report = guard.finish_timing(model, pool, timed_calls, int(t["flush_bytes"]), int(t["repeats"]))
+        timed_calls = t.warmup + len(run.samples_ms)
+        report = guard.finish_timing(model, pool, timed_calls, t.flush_bytes, t.repeats)
     except BaseException as e:
         raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
-    if len(report) > 2:
-        chan.send(RuntimeReport.of(report).to_dict())
+    if report is not None:
+        chan.send(report.to_dict())
 
 
 def _worker_hook(spec: str) -> Callable[[BuildState, CandidateRequest], Any]:
@@ -243,7 +242,7 @@ def _worker_hook(spec: str) -> Callable[[BuildState, CandidateRequest], Any]:
 
 
 def _fail(chan: Channel, stage: str, log: str, builds: list[dict[str, Any]] | None = None) -> None:
-    chan.send(Result(builds=builds or [], failure=Failure(stage, log)).to_dict())
+    chan.send(Result(builds=builds or [], failure=Failure(FailureStage(stage), log)).to_dict())
 
 
 def run_candidate(chan: Channel, req: CandidateRequest) -> None:

@@ -75,7 +75,7 @@ def drive_builds(program: ProgramModule, req: CandidateRequest, model_cls: Any, 
     model = _construct(program, req, model_cls, state)
     if not state.builds and model is not None:
         try:  # stops at the first kernel call: a compiled-only module raises
-            args = program.meta_inputs(int(req.trials[0]["seed"]) if req.trials else 0)
+            args = program.meta_inputs(req.trials[0].seed if req.trials else 0)
             with torch.no_grad(), torch.device("meta"):
                 model.to("meta")(*args)
         except BaseException as e:  # meta tensors make much fail: only the candidate's own errors count

@@ -17,6 +17,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from musaenv.isolation.messages import RunRequest
+from musaenv.isolation.plans import TimingPlan, TrialSpec
 
 __all__ = [
     "CudaToDevice",
@@ -30,7 +31,6 @@ __all__ = [
     "stress_transform",
     "tensor_to_array",
     "to_device",
-    "trial_key",
 ]
 
 
@@ -202,12 +202,6 @@ def find_aliasing(outputs: Sequence[Any], inputs: Sequence[Any]) -> list[str]:
     return found
 
 
-def trial_key(trial: dict[str, Any]) -> tuple[int, int, float, float]:
-    """(shape index, seed, scale, offset) of a trial record (an ordinary trial: scale 1, offset 0)."""
-    scale, offset = float(trial.get("scale", 1.0)), float(trial.get("offset", 0.0))
-    return int(trial["shape_index"]), int(trial["seed"]), scale, offset
-
-
 def stress_transform(args: list[Any], scale: float, offset: float) -> list[Any]:
     """A stress trial's inputs: every floating-point tensor ``x * scale + offset`` in its own dtype; integer and bool
     tensors and non-tensors as drawn (indices and masks keep their meaning). The same code in both workers on the
@@ -232,17 +226,17 @@ class DrawnInputs:
         """Nothing drawn ahead (GPU tiers: inputs are drawn when needed, then moved to the device)."""
         return cls({}, None)
 
-    def trial_inputs(self, program: ProgramModule, trial: dict[str, Any]) -> list[Any]:
+    def trial_inputs(self, program: ProgramModule, trial: TrialSpec) -> list[Any]:
         """This trial's inputs, a stress trial's transformed (the shape must be applied already)."""
-        key = trial_key(trial)
+        key = trial.key
         drawn = self.trials.get(key)
         return drawn if drawn is not None else stress_transform(program.inputs(key[1]), key[2], key[3])
 
-    def pool_inputs(self, program: ProgramModule, timing: dict[str, Any]) -> list[list[Any]]:
+    def pool_inputs(self, program: ProgramModule, timing: TimingPlan) -> list[list[Any]]:
         """The timing pool (the timing shape must be applied already)."""
         if self.pool is not None:
             return self.pool
-        return [program.inputs(int(timing["seed"]) + i) for i in range(int(timing["pool"]))]
+        return [program.inputs(timing.seed + i) for i in range(timing.pool)]
 
 
 def draw_inputs(req: RunRequest, program: ProgramModule) -> DrawnInputs:
@@ -253,11 +247,11 @@ def draw_inputs(req: RunRequest, program: ProgramModule) -> DrawnInputs:
     """
     trials = {}
     for trial in req.trials:
-        key = trial_key(trial)
+        key = trial.key
         program.apply_shape(req.shapes[key[0]])
         trials[key] = DrawnInputs.nothing().trial_inputs(program, trial)
     pool = None
-    if req.timing and not req.timing.get("paired"):  # paired timing draws each call's inputs when it is prepared
+    if req.timing and not req.timing.paired:  # paired timing draws each call's inputs when it is prepared
         program.apply_shape(req.shapes[0])
         pool = DrawnInputs.nothing().pool_inputs(program, req.timing)
     return DrawnInputs(trials, pool)

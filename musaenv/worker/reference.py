@@ -24,7 +24,16 @@ from typing import Any
 import torch
 
 from musaenv.isolation.channel import Channel, ProtocolError
-from musaenv.isolation.messages import DrawRequest, Failure, PairedRequest, ReferenceRequest, Result, Shutdown, decode
+from musaenv.isolation.messages import (
+    DrawRequest,
+    Failure,
+    FailureStage,
+    PairedRequest,
+    ReferenceRequest,
+    Result,
+    Shutdown,
+    decode,
+)
 from musaenv.timing.timers import clone_args
 from musaenv.worker.failures import format_exc
 from musaenv.worker.harness import (
@@ -170,7 +179,7 @@ def _time(chan: Channel, req: ReferenceRequest, program: ProgramModule, model: A
     device = torch.device(req.device)
     baseline: Any = model
     note: dict[str, Any] = {}
-    if req.timing.get("baseline") == "compile":  # the torch.compile baseline; outputs stay eager
+    if req.timing.baseline == "compile":  # the torch.compile baseline; outputs stay eager
         program.apply_shape(req.shapes[0])
         pool = drawn.pool_inputs(program, req.timing)
         drawn = DrawnInputs(drawn.trials, pool)  # drawn once, for the compiling call and the timing
@@ -224,7 +233,8 @@ def serve_reference(chan: Channel) -> None:
             req = decode(msg, Shutdown, DrawRequest, PairedRequest, ReferenceRequest)
         except ProtocolError as e:  # the parent's own request: answered as the harness's failure
             if msg.get("type") != DrawRequest.TYPE:  # a draw gets no reply: its inputs are drawn again later
-                chan.send(Result(failure=Failure("infra_error", f"malformed reference request: {e}")).to_dict())
+                why = Failure(FailureStage.INFRA_ERROR, f"malformed reference request: {e}")
+                chan.send(Result(failure=why).to_dict())
             continue
         if isinstance(req, Shutdown):
             return
@@ -242,4 +252,4 @@ def serve_reference(chan: Channel) -> None:
         except BaseException as e:  # a broken reference is the harness's problem: report, keep serving
             log = str(e) if isinstance(e, ImpureReference) else format_exc(e)
             release_free_memory()
-            chan.send(Result(failure=Failure("infra_error", log)).to_dict())
+            chan.send(Result(failure=Failure(FailureStage.INFRA_ERROR, log)).to_dict())

@@ -86,7 +86,7 @@ def run_trials(
     guarded = check is not None
     models: dict[int, Any] = {}
     for index, trial in enumerate(req.trials):
-        k = int(trial["shape_index"])
+        k = trial.shape_index
         if k not in models:
             models[k] = program.build_model(model_cls, req.shapes[k], req.init_seed, device)
         program.apply_shape(req.shapes[k])
@@ -103,10 +103,10 @@ def run_trials(
         if probe is not None:
             probe.after_call(outs)
         flags = check(outs, private, inputs) if check is not None else []
-        if trial.get("stats"):  # a probed timed call of the reference: its stats are all the parent needs
+        if trial.stats:  # a probed timed call of the reference: its stats are all the parent needs
             chan.send(TrialStats(index=index, stats=output_fingerprint(outs, reference=True)).to_dict())
             continue
-        skip = stress(models[k], private, outs) if stress is not None and "scale" in trial else ""
+        skip = stress(models[k], private, outs) if stress is not None and trial.scale is not None else ""
         _send_trial(chan, index, outs, flags, skip)
     return models
 
@@ -135,23 +135,22 @@ def run_timing(
         except Exception as e:
             raise InputDrawError(f"drawing the timing inputs (seed {seed}) failed:\n{format_exc(e)}") from None
 
-    keep = [int(i) for i in t.get("keep", [])]
     clock = DeviceClock(str(device))
-    common: dict[str, Any] = {"warmup": int(t["warmup"]), "repeats": int(t["repeats"]), "keep": keep}
-    common.update(flush_bytes=int(t["flush_bytes"]), reference=reference_prints)
+    common: dict[str, Any] = dict(warmup=t.warmup, repeats=t.repeats, keep=list(t.keep))
+    common.update(flush_bytes=t.flush_bytes, reference=reference_prints)
     with torch.no_grad():
-        if t.get("paired"):  # the parent times each call and sends its inputs' seed (musaenv.evaluator.pairing)
+        if t.paired:  # the parent times each call and sends its inputs' seed (musaenv.evaluator.pairing)
             gate = ChannelGate(chan)
-            warm = [int(t["seed"]) + int(t["pool"]) + j for j in range(int(t["warmup"]))]  # none a timed call's
+            warm = [t.seed + t.pool + j for j in range(t.warmup)]  # none a timed call's
             run = time_gated(model, [], clock, gate, draw=draw, warmup_seeds=warm, **common)
             # the runtime checks after timing re-run a few calls: on inputs drawn now, from the calls' seeds
-            pool = [draw(s) for s in gate.seeds[:3] or warm[:1] or [int(t["seed"])]]
+            pool = [draw(s) for s in gate.seeds[:3] or warm[:1] or [t.seed]]
         else:
             try:
                 pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
             except Exception as e:
                 raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
-            run = time_forward(model, pool, clock, max_time_s=float(t["max_time_s"]), **common)
+            run = time_forward(model, pool, clock, max_time_s=t.max_time_s, **common)
     kept_idx = sorted(run.kept_outputs)
     arrays: list[Any] = []
     counts: list[int] = []

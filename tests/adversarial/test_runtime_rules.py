@@ -6,9 +6,13 @@ RecordFunction switched off) are invisible to the runtime profiler.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
+from musaenv.isolation.messages import ProtocolError, decode
+from musaenv.isolation.reports import RuntimeReports, Tampered, Threads, TimingReport, TrialsReport
 from musaenv.verification import analyze_candidate
 from musaenv.verification.runtime import (
     RuntimeFindings,
@@ -30,10 +34,8 @@ def _trials(n: int = 3, scale: float = 1.0, seed: int = 0) -> list[list[np.ndarr
     return [[np.maximum(rng.standard_normal((16, 32)), 0).astype(np.float32) * scale] for _ in range(n)]
 
 
-def _report(**fields: object) -> dict[str, dict[str, object]]:
-    base: dict[str, object] = {"type": "runtime", "phase": "trials", "kernel_calls": [1, 1, 1], "repeat_calls": 1}
-    base.update(fields)
-    return {"trials": base}
+def _report(**fields: Any) -> RuntimeReports:
+    return RuntimeReports(trials=TrialsReport(**{"kernel_calls": [1, 1, 1], "repeat_calls": 1, **fields}))
 
 
 @pytest.mark.parametrize("name", ["aten::empty_like", "aten::view", "aten::_to_copy", "aten::_cast_Float", "aten::t"])
@@ -125,17 +127,17 @@ def test_missing_kernel_calls_and_cached_repeat_are_flagged() -> None:
     assert out.flags == ["no_kernel_call"]
     out = assess_runtime(_report(repeat_calls=0), [], ref, ref, [True] * 3, TOL, STRICT)
     assert out.flags == ["no_kernel_call"]
-    timing = {"phase": "timing", "kernel_calls": 3, "forward_calls": 9}
-    out = assess_runtime({**_report(), "timing": timing}, [], ref, ref, [True] * 3, TOL, STRICT)
+    timing = TimingReport(kernel_calls=3, forward_calls=9)
+    out = assess_runtime(_report().add(timing), [], ref, ref, [True] * 3, TOL, STRICT)
     assert out.flags == ["no_kernel_call"]
 
 
 def test_threads_settings_and_tampering_are_flagged() -> None:
     ref = _trials()
     report = _report(
-        threads={"base": 3, "max_seen": 4},
+        threads=Threads(base=3, max_seen=4),
         global_state=["num_threads: 1 -> 4"],
-        tampered={"timer": ["time.perf_counter_ns"], "harness": ["torch.allclose"]},
+        tampered=Tampered(timer=["time.perf_counter_ns"], harness=["torch.allclose"]),
     )
     out = assess_runtime(report, [], ref, ref, [True] * 3, TOL, STRICT)
     assert set(out.flags) == {"thread_started", "global_state_changed", "timer_tampering", "harness_tampering"}
@@ -143,14 +145,14 @@ def test_threads_settings_and_tampering_are_flagged() -> None:
 
 def test_cpu_time_beyond_the_allowed_threads_is_flagged() -> None:
     ref = _trials()
-    report = _report(threads={"base": 2, "max_seen": 2, "overuse": ["1.9 cores busy (1 allowed)"]})
+    report = _report(threads=Threads(base=2, max_seen=2, overuse=["1.9 cores busy (1 allowed)"]))
     out = assess_runtime(report, [], ref, ref, [True] * 3, TOL, STRICT)
     assert out.flags == ["thread_started"]
 
 
 def test_checks_off_judges_nothing_but_the_profile() -> None:
     ref = _trials()
-    report = _report(kernel_calls=[0, 0, 0], threads={"base": 1, "max_seen": 9})
+    report = _report(kernel_calls=[0, 0, 0], threads=Threads(base=1, max_seen=9))
     out = assess_runtime(report, [], ref, ref, [True] * 3, TOL, RuntimeSettings("off", False))
     assert out.flags == [] and out.warnings == []
 
@@ -187,9 +189,13 @@ def test_a_forged_runtime_report_is_a_verdict_not_a_crash() -> None:
     from musaenv.evaluator.verdict import judge
     from musaenv.types import Stage
 
+    forged = {**TrialsReport().to_dict(), "kernel_calls": ["many"], "threads": [1, 2]}
+    with pytest.raises(ProtocolError):  # the parent's reader refuses it: protocol_violation before any judging
+        decode(forged, TrialsReport, TimingReport)
     ref = _trials()
     run = CandidateRun(trials=[(r, ["float32"], []) for r in ref])
-    run.runtime = {"trials": {"phase": "trials", "kernel_calls": ["many"], "threads": [1, 2]}}
+    # the profile's body is the coverage module's to read, not typed on the wire: a forged one is judged, not a crash
+    run.runtime = _report(profile={"ok": True, "ops": [1, 2]})
     result = judge(
         run,
         RefOutputs(trials=[(r, ["float32"]) for r in ref]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.plan import OFFSET_IN_SCALES, OFFSET_TRIAL_SCALE, SCALE_RANGE, first_use_calls, make_plan
+from musaenv.isolation.plans import TrialSpec
 from musaenv.tasks.builtin import get_task
 
 
@@ -60,11 +61,10 @@ def test_stress_trials_are_drawn_with_the_plan_and_sent_after_the_ordinary_ones(
     assert SCALE_RANGE[0] <= scaled.scale <= SCALE_RANGE[1] and scaled.offset == 0.0
     assert {offset.shape_index, scaled.shape_index} == {0, 1}  # both shapes
     assert len({offset.seed, scaled.seed, *(s for _, s in plan.trials)}) == 7  # fresh inputs
-    sent = plan.trials_json([(0, 99)])
-    assert plan.n_trials == 7 and len(sent) == 8 and sent[-1] == {"shape_index": 0, "seed": 99}
-    assert sent[5] == {"shape_index": offset.shape_index, "seed": offset.seed, "scale": offset.scale,
-                       "offset": offset.offset}  # fmt: skip
-    assert all("scale" not in t for t in sent[:5])
+    sent = plan.trial_specs([(0, 99)])
+    assert plan.n_trials == 7 and len(sent) == 8 and sent[-1] == TrialSpec(0, 99)
+    assert sent[5] == TrialSpec(offset.shape_index, offset.seed, offset.scale, offset.offset)
+    assert all(t.scale is None for t in sent[:5])
 
 
 def test_stress_trials_leave_the_other_draws_alone_and_follow_the_policy():

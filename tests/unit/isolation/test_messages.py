@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from musaenv.config import EvalConfig
+from musaenv.config import EvalConfig, SandboxConfig
 from musaenv.isolation import messages
 from musaenv.isolation.messages import (
     BuildResult,
@@ -19,17 +19,21 @@ from musaenv.isolation.messages import (
     Ready,
     ReferenceRequest,
     Result,
-    RuntimeReport,
     Stage,
     Timing,
+    TimingPlan,
+    TimingReport,
     Trial,
+    TrialSpec,
+    TrialsReport,
     TrialStats,
     decode,
     read_hello,
 )
 
-RUN = {"task_source": "x", "shapes": [{}], "init_seed": 1, "trials": [{"shape_index": 0, "seed": 3}]}
+RUN = {"task_source": "x", "shapes": [{}], "init_seed": 1, "trials": [TrialSpec(0, 3), TrialSpec(1, 4, 2.0, 90.0)]}
 RUN |= {"timing": None, "device": "cpu", "cpu_threads": 1}
+TIMED = {**RUN, "timing": TimingPlan(seed=5, pool=4, warmup=1, repeats=9, max_time_s=1.5, flush_bytes=0, keep=[2])}
 RECORDS: list[messages.Message] = [
     Ready(pid=12, torch="2.13.0"),
     Stage("load", {"applied": ["landlock"], "missing": []}),
@@ -38,8 +42,12 @@ RECORDS: list[messages.Message] = [
     Trial(index=5, dtypes=["float32"], flags=[], skip="the reference's outputs are not finite on these inputs"),
     TrialStats(index=2, stats=[[1.0, 2.0, 3.0, 4]]),
     Timing(samples_ms=[1.0, 2], host_ms=[1.5], kept=[0, 4], kept_counts=[1, 1], fingerprints=[[[0.1]]]),
-    RuntimeReport(phase="trials", report={"kernel_calls": [1, 2]}),
-    Result(builds=[{"name": "m", "ok": True, "seconds": 0.1, "cached": False}], failure=Failure("timeout", "slow")),
+    TrialsReport(kernel_calls=[1, 2], profile={"ok": True}, provenance=None, rewrite_note="skipped"),
+    TimingReport(remeasure_ms=[0.5, 1], forward_calls=9, kernel_calls=None, global_state=["num_threads: 1 -> 4"]),
+    Result(
+        builds=[{"name": "m", "ok": True, "seconds": 0.1, "cached": False}],
+        failure=Failure(messages.FailureStage.INPUT_ERROR, "slow"),
+    ),
     Result(),
     BuildResult(ok=True, name="ext_abc", so_path="/x.so", seconds=1.5),
     Go(),
@@ -50,11 +58,22 @@ RECORDS: list[messages.Message] = [
         compile_only=False,
         allow_processes=False,
         workdir="/w",
-        sandbox={},
+        sandbox=SandboxConfig(),
         runtime=None,
+    ),
+    CandidateRequest(
+        **TIMED,
+        candidate="c",
+        backend="cpu",
+        compile_only=False,
+        allow_processes=False,
+        workdir="/w",
+        sandbox=SandboxConfig(),
+        runtime=messages.RuntimeChecks("strict", checks=True, atol=1e-2, rtol=1e-3),
     ),
     ReferenceRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
     DrawRequest(**RUN, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
+    ReferenceRequest(**TIMED, task_hash="h", draw_id="d", atol=1e-4, rtol=1e-4),
     # parent <-> fork server
     messages.ForkServerReady(protocol=3, pid=5, torch="2.13.0", musaenv="/m", threads=1, cuda_initialized=False),
     messages.Spawn(role="candidate", cwd="/w"),
@@ -126,3 +145,23 @@ def test_a_worker_of_another_protocol_version_is_an_infra_error(monkeypatch: pyt
     assert result.stage is Verdict.INFRA_ERROR
     text = " ".join(result.messages)
     assert f"protocol version {theirs}" in text and f"this evaluator version {theirs + 1}" in text
+
+
+def test_a_failure_names_one_of_the_worker_stages_and_never_a_verdict_it_cannot_give() -> None:
+    sent = Result(failure=Failure(messages.FailureStage.COMPILE_ERROR, "log")).to_dict()
+    got = decode(sent, Result)
+    assert isinstance(got, Result) and got.failure is not None
+    assert got.failure.stage is messages.FailureStage.COMPILE_ERROR and got.failure.stage == "compile_error"
+    for forged in ("correct", "cheating", "COMPILE_ERROR", 3):
+        with pytest.raises(ProtocolError, match="'stage'"):
+            decode({**sent, "failure": {"stage": forged, "log": ""}}, Result)
+
+
+def test_the_sandbox_settings_travel_as_the_config_and_a_bad_value_is_refused_at_decoding() -> None:
+    req = next(r for r in RECORDS if isinstance(r, CandidateRequest))
+    sent = {**req.to_dict(), "sandbox": SandboxConfig(address_space_mb=512).to_dict()}
+    got = decode(sent, CandidateRequest)
+    assert isinstance(got, CandidateRequest) and got.sandbox == SandboxConfig(address_space_mb=512)
+    for forged in ({"address_space_mb": -1}, {"no_such_limit": 1}):
+        with pytest.raises(ProtocolError, match="SandboxConfig"):
+            decode({**sent, "sandbox": forged}, CandidateRequest)

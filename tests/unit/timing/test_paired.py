@@ -22,6 +22,7 @@ from musaenv.evaluator.pairing import RefSession, pair_calls
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import Result, TimeDone, TimeReady, Timing, decode
+from musaenv.isolation.plans import TimingPlan
 from musaenv.timing.paired import PairedSamples, fault_extra, median_interval, outside_work, sample_mismatch
 from musaenv.timing.timers import DeviceClock, time_gated
 from musaenv.worker.trials import ChannelGate
@@ -146,6 +147,10 @@ def _serve(
         chan.send(Result().to_dict())
 
 
+def _plan(repeats: int, max_time_s: float, keep: list[int] | None = None) -> TimingPlan:
+    return TimingPlan(seed=0, pool=1, warmup=0, repeats=repeats, max_time_s=max_time_s, flush_bytes=0, keep=keep or [])
+
+
 def _pipes() -> tuple[Channel, Channel]:
     a_r, a_w = os.pipe()
     b_r, b_w = os.pipe()
@@ -169,7 +174,7 @@ def _pair(forge: bool, repeats: int = 6) -> tuple[PairedSamples, list[tuple[str,
         return msg, arrays
 
     ref = RefSession(_ThreadWorker(rp), StageClock(os.getpid(), 60.0))  # type: ignore[arg-type]
-    timing = {"repeats": repeats, "max_time_s": 60.0, "keep": []}
+    timing = _plan(repeats=repeats, max_time_s=60.0)
     samples, handoff = pair_calls(cand_recv, cp.send, ref, timing)
     assert handoff is None
     leftover["timing"] = cp.recv()[0]  # the candidate's own timing message follows the pairs
@@ -219,7 +224,7 @@ def test_the_parent_stops_early_with_time_end() -> None:
         return decode(msg, TimeReady, TimeDone) if msg["type"] in (TimeReady.TYPE, TimeDone.TYPE) else (msg, arrays)
 
     ref = RefSession(_ThreadWorker(rp), StageClock(os.getpid(), 60.0))  # type: ignore[arg-type]
-    samples, handoff = pair_calls(cand_recv, cp.send, ref, {"repeats": 50, "max_time_s": 0.001, "keep": [4]})
+    samples, handoff = pair_calls(cand_recv, cp.send, ref, _plan(repeats=50, max_time_s=0.001, keep=[4]))
     assert handoff is None
     assert samples.pairs == 5  # at least 3, and on to the kept call 4, then ended by the budget
     assert cp.recv()[0]["type"] == Timing.TYPE

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from musaenv.isolation.reports import RuntimeChecks, RuntimeReports, TrialsReport
 from musaenv.verification.coverage import KERNEL_COVERAGE_FLOOR, forbidden_ops, kernel_coverage
 from musaenv.verification.runtime import RuntimeSettings, assess_runtime
 from musaenv.verification.runtime_probe import RuntimeGuard
@@ -28,7 +29,7 @@ def _profile(kernel_us: float, cpu: dict[str, tuple[float, float]], **more: Any)
 
 def _judge(profile: dict[str, Any], policy: str) -> Any:
     ref = [[np.ones((2, 2), np.float32)]]
-    report = {"trials": {"type": "runtime", "phase": "trials", "profile": profile}}
+    report = RuntimeReports(trials=TrialsReport(profile=profile))
     return assess_runtime(report, [], ref, ref, [True], TOL, RuntimeSettings(policy, checks=False))
 
 
@@ -125,13 +126,14 @@ def _own_work(x: torch.Tensor) -> torch.Tensor:
 
 def _guard_profile(model_of: Any) -> dict[str, Any]:
     calls = KernelCalls()
-    guard = RuntimeGuard({"policy": "kernelbench", "checks": False}, torch.device("cpu"), calls, {})
+    guard = RuntimeGuard(RuntimeChecks("kernelbench", checks=False), torch.device("cpu"), calls, {})
     model = model_of(calls)
     x = torch.randn(256, 2048)
     report, _ = guard.extra_runs(model, lambda: [x.clone()], lambda t: t.numpy())
     assert calls.span is None  # kernel calls are timed only while a forward is profiled
-    profile: dict[str, Any] = report["profile"]
-    assert report["repeat_calls"] == 1  # counted on the poisoned repeat alone, not on the coverage runs
+    assert report is not None and report.profile is not None
+    profile: dict[str, Any] = report.profile
+    assert report.repeat_calls == 1  # counted on the poisoned repeat alone, not on the coverage runs
     assert profile["ok"] and len(profile["runs"]) == 2  # median of 3 forwards under kernelbench
     for run in [profile, *profile["runs"]]:
         assert run["kernel"]["calls"] == 1 and run["kernel"]["cpu_us"] > 0

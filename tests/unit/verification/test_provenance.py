@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from musaenv.isolation.reports import RuntimeChecks, RuntimeReports, TrialsReport
 from musaenv.verification.coverage import torch_computed
 from musaenv.verification.runtime import RuntimeSettings, assess_runtime
 from musaenv.verification.runtime_probe import RuntimeGuard
@@ -160,7 +161,7 @@ def test_padding_forward_with_ops_does_not_buy_it_out_of_the_check() -> None:
 
 def _judge(provenance: dict[str, Any], policy: str) -> Any:
     ref = [[np.ones((2, 2), np.float32)]]
-    report = {"trials": {"type": "runtime", "phase": "trials", "provenance": provenance}}
+    report = RuntimeReports(trials=TrialsReport(provenance=provenance))
     return assess_runtime(report, [], ref, ref, [True], TOL, RuntimeSettings(policy, checks=False))
 
 
@@ -202,14 +203,15 @@ def test_the_worker_follows_a_forward_only_when_it_ran_torch_compute(policy: str
     x = torch.randn(32, 256)
     for model_of, expected in ((_Cheat, 1), (_Honest, None)):
         calls = KernelCalls()
-        guard = RuntimeGuard({"policy": policy, "checks": False, "atol": 1e-4, "rtol": 1e-4},
+        guard = RuntimeGuard(RuntimeChecks(policy, checks=False, atol=1e-4, rtol=1e-4),
                              torch.device("cpu"), calls, {})  # fmt: skip
         model = model_of(calls.wrap(_kernel(_softmax_np) if model_of is _Honest else copy))
         report, _ = guard.extra_runs(model, lambda: [x.clone()], lambda t: t.numpy())
         if expected is None:
-            assert "provenance" not in report  # no torch compute: nothing to follow, nothing spent
+            assert report is not None and report.provenance is None  # no torch compute: nothing followed
         else:
-            assert len(report["provenance"]["matches"]) == expected, report["provenance"]
+            assert report is not None and report.provenance is not None
+            assert len(report.provenance["matches"]) == expected, report.provenance
 
 
 def test_elements_within_the_tolerance_of_zero_prove_nothing() -> None:

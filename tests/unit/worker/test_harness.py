@@ -85,14 +85,15 @@ def test_apply_shape_restores_tuples_and_resets_sequences():
 
 
 def test_stress_trials_transform_only_floating_point_inputs_the_same_way_every_time():
+    from musaenv.isolation.plans import TrialSpec
     from musaenv.worker.harness import DrawnInputs, stress_transform
 
     program = _program(FACTORY_ONLY, None)
     plain = program.inputs(5)
-    trial = {"shape_index": 0, "seed": 5, "scale": 12.5, "offset": 500.0}
+    trial = TrialSpec(0, 5, scale=12.5, offset=500.0)
     got = DrawnInputs.nothing().trial_inputs(program, trial)
     assert torch.equal(got[0], plain[0] * 12.5 + 500.0) and got[0].dtype == torch.float32
     assert torch.equal(got[1], plain[1]) and got[2] == 3  # indices and plain numbers keep their meaning
     assert torch.equal(DrawnInputs.nothing().trial_inputs(program, trial)[0], got[0])  # both workers: same bits
-    ordinary = DrawnInputs.nothing().trial_inputs(program, {"shape_index": 0, "seed": 5})
+    ordinary = DrawnInputs.nothing().trial_inputs(program, TrialSpec(0, 5))
     assert torch.equal(ordinary[0], plain[0]) and stress_transform(plain, 1.0, 0.0) is plain
