@@ -13,13 +13,14 @@
   (:func:`musaenv.toolchains.fastbuild.fast_build`), whose link takes the two objects above and CUDA's libraries.
 
 A compile-only check links as :mod:`musaenv.toolchains.cuda_link` does (every symbol resolved, libraries absent here
-stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. A device error
-that is the candidate's own (:func:`device_verdict`) is the verdict; a source the split cannot place, and any other
+stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. A device compile
+that fails stops the other two at once (:mod:`musaenv.toolchains.cuda_parts`); its error is the verdict when it is
+the candidate's own (:func:`device_verdict`); a source the split cannot place, and any other
 failure, returns ``None``, and the caller builds the source as written (the full check, or ``load_inline``), whose
 output is then the verdict. Measured costs: ``docs/scaling.md``.
 
-Size: the fast build and the device-error rule it applies in one module (~410 lines); the rule (device_verdict and
-its nvcc patterns) moves beside cuda_names.py when the build service becomes toolchains (issue 30 item 3).
+Size: the fast build and the device-error rule it applies in one module (~365 lines since the steps in flight moved
+to cuda_parts.py); the rule (device_verdict and its nvcc patterns) moves beside cuda_names.py with the CUDA subfolder.
 """
 
 from __future__ import annotations
