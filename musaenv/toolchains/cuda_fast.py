@@ -13,13 +13,14 @@
   (:func:`musaenv.toolchains.fastbuild.fast_build`), whose link takes the two objects above and CUDA's libraries.
 
 A compile-only check links as :mod:`musaenv.toolchains.cuda_link` does (every symbol resolved, libraries absent here
-stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. A device error
-that is the candidate's own (:func:`device_verdict`) is the verdict; a source the split cannot place, and any other
+stubbed); a real build links against torch's CUDA libraries and ``cudart`` like ``load_inline``. A device compile
+that fails stops the other two at once (:mod:`musaenv.toolchains.cuda_parts`); its error is the verdict when it is
+the candidate's own (:func:`device_verdict`); a source the split cannot place, and any other
 failure, returns ``None``, and the caller builds the source as written (the full check, or ``load_inline``), whose
 output is then the verdict. Measured costs: ``docs/scaling.md``.
 
-Size: the fast build and the device-error rule it applies in one module (~410 lines); the rule (device_verdict and
-its nvcc patterns) moves beside cuda_names.py when the build service becomes toolchains (issue 30 item 3).
+Size: the fast build and the device-error rule it applies in one module (~365 lines since the steps in flight moved
+to cuda_parts.py); the rule (device_verdict and its nvcc patterns) moves beside cuda_names.py with the CUDA subfolder.
 """
 
 from __future__ import annotations
@@ -35,18 +36,10 @@ from typing import Any
 
 from musaenv import _env
 from musaenv.isolation.limits import backstop_s
-from musaenv.toolchains.cuda_compile import (
-    _ARCH_FLAG,
-    _CUDA_PRELUDE,
-    _finish,
-    _kill,
-    _run,
-    _start,
-    _Step,
-    _torch_build_flags,
-)
+from musaenv.toolchains.cuda_compile import _ARCH_FLAG, _CUDA_PRELUDE, _kill, _run, _start, _Step, _torch_build_flags
 from musaenv.toolchains.cuda_link import judge_link, link_plan
 from musaenv.toolchains.cuda_names import TorchNames, looked_up, torch_includes, torch_names
+from musaenv.toolchains.cuda_parts import Abandon, DeviceWatch, Verdict, await_parts, start_in
 from musaenv.toolchains.cuda_split import (
     DEVICE_FILE,
     DEVICE_ORIGIN,
@@ -58,6 +51,7 @@ from musaenv.toolchains.cuda_split import (
 )
 from musaenv.toolchains.fastbuild import fast_build, isa_pragma_safe, linking_with, split_overlay
 from musaenv.toolchains.pch import CompileFlags, PchStore, torch_flags
+from musaenv.toolchains.stopping import StopScope, stoppable
 from musaenv.types import declined as decline
 
 __all__ = ["CudaFastResult", "cuda_fast_build"]
@@ -93,18 +87,6 @@ class CudaFastResult:
     log: str = ""
     wanted: list[str] = field(default_factory=list)
     retire: list[str] = field(default_factory=list)
-
-
-class _Abandon(Exception):
-    """A part failed: the source is built as written instead (its output is the verdict)."""
-
-
-class _Verdict(_Abandon):
-    """The device compile failed with the candidate's own errors (:func:`device_verdict`): that is the verdict."""
-
-    def __init__(self, step: _Step, output: str) -> None:
-        super().__init__(output)
-        self.step, self.output = step, output
 
 
 _NVCC_ERROR = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?:catastrophic )?error: (?P<msg>.*)$", re.M)
@@ -227,76 +209,45 @@ def _host_step(spec: dict[str, Any], flags: CompileFlags, pch: list[str], cache:
 
 
 def _compile_only_linker(
-    parts: list[_Step], tmp: Path, flags: CompileFlags, spec: dict[str, Any], cuda_home: Path, deadline: float,
-    steps: list[dict[str, Any]], judge: Callable[[str], str | None],
+    watch: DeviceWatch, host: _Step, tmp: Path, flags: CompileFlags, spec: dict[str, Any], cuda_home: Path,
+    deadline: float, steps: list[dict[str, Any]],
 ) -> Any:  # fmt: skip
     def link(objs: list[Path], out: Path) -> tuple[int, str]:
-        _await(parts, tmp, deadline, steps, judge)
+        await_parts(watch, host, tmp, deadline, steps)
         objects = [str(o) for o in objs] + ["musaenv_host.o", "musaenv_device.o"]
         plan = link_plan(flags.cxx[0], objects, True, cuda_home, spec.get("extra_ldflags") or (), str(out))
-        step = _Step("link", plan.command, "; ".join(plan.notes), cpu_limit_s=parts[0].cpu_limit_s)
+        step = _Step("link", plan.command, "; ".join(plan.notes), cpu_limit_s=host.cpu_limit_s)
         _run([step], tmp, deadline)
         ok, _ = judge_link(step.returncode, step.output, plan)
         steps.append(step.record())
         if not ok:
-            raise _Abandon(f"link: {step.output[-400:]}")
+            raise Abandon(f"link: {step.output[-400:]}")
         return 0, step.output
 
     return link
 
 
 def _real_linker(
-    parts: list[_Step], tmp: Path, flags: CompileFlags, cuda_home: Path, deadline: float, steps: list[dict[str, Any]],
-    judge: Callable[[str], str | None],
+    watch: DeviceWatch, host: _Step, tmp: Path, flags: CompileFlags, cuda_home: Path, deadline: float,
+    steps: list[dict[str, Any]],
 ) -> Any:  # fmt: skip
     from torch.utils.cpp_extension import TORCH_LIB_PATH
 
     cuda_lib = cuda_home / "lib64" if (cuda_home / "lib64").exists() else cuda_home / "lib"
 
     def link(objs: list[Path], out: Path) -> tuple[int, str]:
-        _await(parts, tmp, deadline, steps, judge)
+        await_parts(watch, host, tmp, deadline, steps)
         cuda_libs = [f"-L{TORCH_LIB_PATH}", "-lc10_cuda", "-ltorch_cuda", f"-L{cuda_lib}", "-lcudart"]
         cmd = [*flags.cxx, *map(str, objs), "musaenv_host.o", "musaenv_device.o", *flags.ldflags, *cuda_libs]
         cmd += ["-o", str(out)]
-        step = _Step("link", cmd, cpu_limit_s=parts[0].cpu_limit_s)
+        step = _Step("link", cmd, cpu_limit_s=host.cpu_limit_s)
         _run([step], tmp, deadline)
         steps.append(step.record())
         if step.returncode != 0:
-            raise _Abandon(f"link: {step.output[-400:]}")
+            raise Abandon(f"link: {step.output[-400:]}")
         return 0, step.output
 
     return link
-
-
-def _judge_device(
-    parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]], judge: Callable[[str], str | None]
-) -> None:
-    """Wait for the device compile; raise its verdict when it failed with the candidate's own errors. Only an nvcc
-    that ran to its end is judged: a killed or timed-out one never is."""
-    device = parts[0]
-    if device.returncode is None and not device.timed_out:
-        _finish(device, tmp, deadline)
-        steps.append(device.record())
-    if device.returncode is not None and device.returncode > 0 and not device.timed_out:
-        _kill(parts[1:])  # the split is abandoned whatever the verdict: the host compile is not waited for
-        own = judge(device.output)
-        if own is not None:
-            raise _Verdict(device, own)
-
-
-def _await(
-    parts: list[_Step], tmp: Path, deadline: float, steps: list[dict[str, Any]], judge: Callable[[str], str | None]
-) -> None:
-    """Wait for the device and host compiles; abandon the split when either failed (a device failure that is the
-    candidate's own error is the verdict: :func:`_judge_device`)."""
-    _judge_device(parts, tmp, deadline, steps, judge)
-    for step in parts:
-        if step.returncode is None and not step.timed_out:
-            _finish(step, tmp, deadline)
-            steps.append(step.record())
-    failed = [s for s in parts if s.returncode != 0]
-    if failed:
-        raise _Abandon("; ".join(f"{s.name}: {s.output[-400:]}" for s in failed))
 
 
 def cuda_fast_build(
@@ -338,13 +289,13 @@ def cuda_fast_build(
         if res is not None:
             return res
         why = "the host part did not build through the fast driver: built as written, whose errors decide"
-    except _Verdict as v:  # diagnosed once: the device unit's errors are the candidate's own
+    except Verdict as v:  # diagnosed once: the device unit's errors are the candidate's own
         status = f"exit {v.step.returncode}"
         head = f"== cuda: {shlex.join([v.step.command[0], DEVICE_ORIGIN])} ({status})\n" if arch_flags is None else (
             f"RuntimeError: Error building extension '{name}': FAILED: cuda.cuda.o\n"
         )  # fmt: skip
         return CudaFastResult(round(time.monotonic() - started, 3), (), "", [v.step.record()], False, head + v.output)
-    except _Abandon as e:
+    except Abandon as e:
         log.info("CUDA split build of %s abandoned, building it as written: %s", name, str(e)[-300:])
         why = f"the split build was abandoned ({str(e)[-160:]})"
     except (RuntimeError, ValueError, OSError, ImportError, AttributeError, TypeError) as e:
@@ -375,30 +326,33 @@ def _build(
     (tmp / "musaenv_device.cu").write_text(split.device)
     (tmp / "musaenv_host.cpp").write_text(split.host)
     steps: list[dict[str, Any]] = []
-    parts = [_device_step(spec, cuda_home, arch_flags)]
-    parts[0].cpu_limit_s = float(spec.get("timeout_s") or 300)
+    device = _device_step(spec, cuda_home, arch_flags)
+    device.cpu_limit_s = float(spec.get("timeout_s") or 300)
+    names = _names_of(spec, device, split, cache, tmp, deadline)
+    judge = lambda output: device_verdict(output, len(_CUDA_PRELUDE), names, split.device)  # noqa: E731
+    scope, parts = StopScope(), [device]
+    _start(device, tmp)  # nvcc runs while the precompiled header is looked up; a failure stops the host side
+    watch = DeviceWatch(device, tmp, deadline, scope, judge)
     try:
-        _start(parts[0], tmp)  # nvcc runs while the precompiled header is looked up (or built)
         store = PchStore(cache, deadline=deadline, isa_by_pragma=isa_pragma_safe(split.host))
         pch = store.include_flags("split", flags) or []
         parts.append(_host_step(spec, store.unit_flags("split", flags) if pch else flags, pch, cache, cuda_home))
-        parts[1].cpu_limit_s = parts[0].cpu_limit_s
-        _start(parts[1], tmp)
-        names = _names_of(spec, parts[0], split, cache, tmp, deadline)
-        judge = lambda output: device_verdict(output, len(_CUDA_PRELUDE), names, split.device)  # noqa: E731
+        parts[1].cpu_limit_s = device.cpu_limit_s
+        start_in(scope, parts[1], tmp)
         linker = (
-            _compile_only_linker(parts, tmp, flags, spec, cuda_home, deadline, steps, judge)
+            _compile_only_linker(watch, parts[1], tmp, flags, spec, cuda_home, deadline, steps)
             if arch_flags is None
-            else _real_linker(parts, tmp, flags, cuda_home, deadline, steps, judge)
+            else _real_linker(watch, parts[1], tmp, flags, cuda_home, deadline, steps)
         )
         cpp_spec = {**spec, "cuda_sources": [], "with_cuda": None}
-        with linking_with(linker):
+        with linking_with(linker), stoppable(scope):
             res = fast_build(cpp_spec, name, tmp, cache, "fast")
-        if res is None or not res.ok:  # main.cpp did not build here: the kernels' own errors still decide
-            _judge_device(parts, tmp, deadline, steps, judge)
+        if res is None or not res.ok:  # main.cpp did not build here (or was stopped): the kernels' errors decide
+            watch.verdict(steps)
         if pch and parts[1].output:
             store.check_used("split", flags, parts[1].output)
     finally:
+        watch.close()
         _kill(parts)
     if res is None or not res.ok:
         return None

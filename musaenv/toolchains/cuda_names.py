@@ -183,7 +183,8 @@ def torch_names(
 # Lookups nvcc names the missing name of: it is the last identifier quoted.
 _NAMED_LOOKUP = re.compile(
     r'^(?:identifier "(?P<id>\w+)" is undefined'
-    r'|(?:namespace|class|struct|union) "[^"]*" has no member (?:class |function |variable )?"(?P<member>\w+)"'
+    r'|(?P<kind>namespace|class|struct|union) "(?P<owner>[^"]*)" has no member'
+    r' (?:class |function |variable )?"(?P<member>\w+)"'
     r'|no instance of (?:overloaded function|function template) "(?:[\w:]*::)?(?P<fn>\w+)" matches)'
 )
 # Operators C++ allows only as members: no header can add one to a built-in type or a class already complete.
@@ -198,8 +199,11 @@ _BUILTIN_TYPE = re.compile(
 def looked_up(message: str, context: str) -> str | None:
     """For an nvcc lookup error (``message``, ``context``: the lines nvcc prints under it), the name a header would
     have to declare to cure it; ``""`` when no header could (a member-only operator on built-in or CUDA vector
-    types); ``None`` when it cannot be said."""
+    types, a member a CUDA vector type lacks: ``blockIdx.w``, whose ``uint3`` both units take complete from CUDA's
+    own headers); ``None`` when it cannot be said."""
     m = _NAMED_LOOKUP.match(message)
+    if m and m["member"] and m["kind"] != "namespace" and _BUILTIN_TYPE.match(m["owner"]):
+        return ""
     if m:
         return m["id"] or m["member"] or m["fn"]
     operands = _OPERANDS.search(context)

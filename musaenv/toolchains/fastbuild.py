@@ -370,11 +370,13 @@ def _extension_names(flags: CompileFlags, cache: Path, tmp: Path) -> frozenset[s
 
 
 class _Background:
-    """Run ``fn`` on a thread while the candidate compiles (a fresh install's module object, ~15 s)."""
+    """Run ``fn`` on a thread while the candidate compiles (a fresh install's module object, ~15 s), in this
+    context (a stop scope of the build stops its compiles too: :mod:`musaenv.toolchains.stopping`)."""
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.result: Any = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run, fn), daemon=True)
         self._thread.start()
 
     def _run(self, fn: Callable[[], Any]) -> None:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from musaenv.toolchains import stopping
 from musaenv.toolchains.flagkeys import (
     OMP_FLAG_TOKENS,
     OMP_MACROS,
@@ -291,8 +292,13 @@ def run_tool(
 
     ``preexec`` runs in the child before the tool (e.g. a further Landlock layer for a candidate's compile);
     ``tmpdir`` becomes its ``TMPDIR`` (where GCC writes its temporary files; such a layer allows no other place).
+    Inside :func:`musaenv.toolchains.stopping.stoppable` the tool runs in its own process group, which the scope's
+    :meth:`~musaenv.toolchains.stopping.StopScope.stop` kills (exit :data:`~musaenv.toolchains.stopping.STOPPED_RC`).
     """
     env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
+    scope = stopping.current()
+    if scope is not None:
+        return stopping.run_stoppable(scope, cmd, str(cwd), timeout_s, preexec, env)
     try:
         p = subprocess.run(
             list(cmd), cwd=str(cwd), capture_output=True, text=True, errors="replace", timeout=timeout_s,

@@ -121,6 +121,8 @@ NONE_DECLARED = TorchNames(frozenset({"max", "half2", "TORCH_CHECK", "CUDA_KERNE
         ('cuda.cu(12): error: no instance of overloaded function "std::clampf" matches the argument list\n', True),
         ('cuda.cu(12): error: namespace "std" has no member "clampf"\n', True),
         ('cuda.cu(12): error: namespace "std" has no member "max"\n', False),
+        ('cuda.cu(28): error: class "uint3" has no member "w"\n', True),  # blockIdx.w: corpus problem_82_sample_1
+        ('cuda.cu(28): error: class "Acc" has no member "max"\n', False),  # a class of another header: not judged
         (
             'cuda.cu(37): error: no operator "[]" matches these operands\n  operand types are: float4 [ int ]\n',
             True,

@@ -38,7 +38,11 @@ def test_torch_includes_are_the_candidates_torch_headers_unless_a_macro_precedes
     ("message", "context", "name"),
     [
         ('identifier "M_SQRT_2" is undefined', "", "M_SQRT_2"),
-        ('class "float4" has no member "a"', "", "a"),
+        ('class "Acc" has no member "a"', "", "a"),
+        # a CUDA vector type is complete in both units (CUDA's own headers): no header adds a member to it
+        ('class "uint3" has no member "w"', "", ""),
+        ('struct "float4" has no member "a"', "", ""),
+        ('namespace "std" has no member "clampf"', "", "clampf"),
         ('no instance of function template "std::clampf" matches the argument list', "", "clampf"),
         ('no operator "[]" matches these operands', "  operand types are: const float4 [ int ]\n", ""),
         ('no operator "=" matches these operands', "  operand types are: at::Half = float\n", None),
