@@ -33,6 +33,7 @@ from typing import Any
 from musaenv.backends import REGISTRY
 from musaenv.isolation.build_jail import run_confined
 from musaenv.isolation.records import ProtocolError
+from musaenv.toolchains.clang import TOOLCHAIN as CLANG
 from musaenv.toolchains.job import JOB_VERSION, BuildReport, CompileJob, WarmupJob, read_job
 from musaenv.toolchains.toolchain import Toolchain
 from musaenv.toolchains.torch_inline import musa_build, torch_build
@@ -158,6 +159,7 @@ TOOLCHAINS: tuple[Toolchain, ...] = (
     Toolchain("cuda_split", lambda j: j.compile_only or bool(j.cuda_sources),
               build=lambda j, tmp, d: _cuda_split(j.spec(), tmp, False, d),
               compile_only=lambda j, tmp, d: _cuda_split(j.spec(), tmp, True, d)),
+    CLANG,  # C++ by clang++ when the configuration asks for it (build mode clang)
     Toolchain("fast", lambda j: not j.cuda_sources, build=lambda j, tmp, d: _fast(j.spec(), tmp, d)),
     # whatever those decline: torch's own load_inline; compile-only, the CUDA check of the source as written
     Toolchain("torch", lambda j: True, build=lambda j, tmp, d: torch_build(j, tmp),

@@ -82,7 +82,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STALE_BUILD_AGE_S = 6 * 3600
-BUILD_MODES = ("fast", "pch", "torch")
+BUILD_MODES = ("fast", "pch", "torch", "clang")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
 _BUILD_MEMORY_GB = 1.5
@@ -125,7 +125,8 @@ def configure_builds(
 
     Args:
         mode: ``fast`` (our compiler driving with precompiled headers and a split binding; the default),
-            ``pch`` (torch's ``main.cpp`` with a precompiled header) or ``torch`` (torch's ``load_inline``).
+            ``pch`` (torch's ``main.cpp`` with a precompiled header), ``torch`` (torch's ``load_inline``) or
+            ``clang`` (C++ compiled by clang++: :mod:`musaenv.toolchains.clang`).
             ``fast`` and ``pch`` fall back to ``torch`` by themselves when they cannot run.
         max_parallel: Builds running at once in this process (cache hits never wait for a slot).
         confine: ``False`` runs builds without the build sandbox (:mod:`musaenv.isolation.build_jail`). Only for

@@ -39,6 +39,7 @@ def test_every_job_meets_its_toolchains_in_one_ordered_list() -> None:
     assert _taking(_job()) == ["fast", "torch"]
     assert _taking(_job(backend="cuda", cuda_sources=["__global__ void k() {}"])) == ["cuda_split", "torch"]
     assert _taking(_job(backend="musa", cuda_sources=["__global__ void k() {}"]))[:1] == ["device"]
+    assert _taking(_job(build_mode="clang")) == ["clang", "fast", "torch"]  # asked for: clang++ first
     # compile-only: the toolchains that have a check, the CUDA split's, then torch's path's (nvcc as written)
     assert _taking(_job(backend="cuda", compile_only=True, cuda_sources=["x"])) == ["cuda_split", "torch"]
     assert _taking(_job(backend="hip", compile_only=True, cuda_sources=["x"]))[0] == "own_check"
