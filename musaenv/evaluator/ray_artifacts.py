@@ -16,13 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from musaenv.backends import loader_aliases
+from musaenv.toolchains.loadargs import LOAD_INLINE_ARGS, canonical
 
 __all__ = ["ArtifactStore", "build_names", "collect_artifacts", "extract_build_specs", "install_artifacts",
            "run_prebuild"]  # fmt: skip
 
-_LOAD_KWARGS = ("name", "cpp_sources", "cuda_sources", "sycl_sources", "functions", "extra_cflags",
-                "extra_cuda_cflags")  # positional order of torch's load_inline  # fmt: skip
+_LOAD_KWARGS = tuple(a.name for a in LOAD_INLINE_ARGS)  # positional order of torch's load_inline
 
 
 def _constants(tree: ast.Module) -> dict[str, Any]:
@@ -76,9 +75,7 @@ def extract_build_specs(code: str, backend: str) -> list[dict[str, Any]]:
         try:
             kwargs = {k: _value(a, env) for k, a in zip(_LOAD_KWARGS, node.args)}
             kwargs.update({kw.arg: _value(kw.value, env) for kw in node.keywords if kw.arg})
-            for alias, ours in loader_aliases().items():  # a backend's own spelling (musa_sources)
-                if alias in kwargs:
-                    kwargs[ours] = kwargs.pop(alias)
+            kwargs = canonical(kwargs)  # a backend's own spelling (musa_sources)
             specs.append(BuildSpec.from_load_inline(kwargs, backend=backend).to_dict())
         except (ValueError, TypeError, KeyError):
             continue

@@ -4,11 +4,13 @@ Reads ``TMPDIR/spec.json`` (a :mod:`musaenv.toolchains.job` record), builds it i
 directory, so no lock is ever shared) and writes ``TMPDIR/result.json``
 (a :class:`~musaenv.toolchains.job.BuildReport`).
 A job of another version or a malformed one is answered with an ``infra`` report that says so, before any build.
-Build modes ``fast`` and ``pch`` drive the compiler directly with torch's
-own flags (:mod:`musaenv.toolchains.fastbuild`, no torch import once the flag template is cached); mode
-``torch``, and any build those cannot take, goes through torch's own ``load_inline`` with its final import
-switched off: nothing of the candidate is ever imported or run here. MUSA builds with device sources go through
-torch_musa's ``load_inline`` (``musa_sources``, compiled by mcc), equally without the import.
+The build paths are :data:`TOOLCHAINS`, one ordered list of
+:class:`~musaenv.toolchains.toolchain.Toolchain` records. Build modes ``fast`` and ``pch`` drive the compiler
+directly with torch's own flags (:mod:`musaenv.toolchains.fastbuild`, no torch import once the flag template is
+cached); mode ``torch``, and any build those cannot take, goes through torch's own ``load_inline`` with its final
+import switched off (:mod:`musaenv.toolchains.torch_inline`): nothing of the candidate is ever imported or run
+here. MUSA builds with device sources go through torch_musa's ``load_inline`` (``musa_sources``, compiled by
+mcc), equally without the import.
 
 The whole build runs confined (:mod:`musaenv.isolation.build_jail`: its own pid namespace or a subreaper, tied to
 the parent's life, the worker's sandbox with exec allowed, writes only below ``TMPDIR`` and the header store).
@@ -17,24 +19,24 @@ The parent enforces the timeout and kills this process's whole session when it i
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib
-import inspect
 import json
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from musaenv.backends import REGISTRY
 from musaenv.isolation.build_jail import run_confined
 from musaenv.isolation.records import ProtocolError
+from musaenv.toolchains.clang import TOOLCHAIN as CLANG
 from musaenv.toolchains.job import JOB_VERSION, BuildReport, CompileJob, WarmupJob, read_job
+from musaenv.toolchains.toolchain import Toolchain
+from musaenv.toolchains.torch_inline import musa_build, torch_build
 from musaenv.types import declined as decline
 
 log = logging.getLogger("musaenv.toolchains.builder")
@@ -72,89 +74,11 @@ def _fast(spec: dict[str, Any], tmp: Path, declined: list[dict[str, str]]) -> di
             "retire": res.retire, "declined": [*declined, *res.declined]}  # fmt: skip
 
 
-@contextlib.contextmanager
-def _no_import(module: Any) -> Iterator[None]:
-    """Let ``load_inline`` build without importing the result (its static constructors would run here)."""
-    original = getattr(module, "_import_module_from_library", None)
-    if original is None:
-        raise RuntimeError(f"{module.__name__} has no _import_module_from_library; cannot build without importing")
-    module._import_module_from_library = lambda *a, **k: None
-    try:
-        yield
-    finally:
-        module._import_module_from_library = original
-
-
-def _torch(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
-    import torch.utils.cpp_extension as ce
-
-    accepted = set(inspect.signature(ce.load_inline).parameters)
-    kwargs = {
-        "cpp_sources": spec["cpp_sources"],
-        "cuda_sources": spec["cuda_sources"] or None,
-        "functions": spec["functions"],
-        "extra_cflags": spec["extra_cflags"] or None,
-        "extra_cuda_cflags": spec["extra_cuda_cflags"] or None,
-        "extra_ldflags": spec["extra_ldflags"] or None,
-        "extra_include_paths": spec["extra_include_paths"] or None,
-        "with_cuda": spec["with_cuda"],
-    }
-    kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    try:
-        with _no_import(ce):
-            ce.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
-    except Exception as e:  # compiler errors arrive as RuntimeError carrying the compiler output
-        return {"ok": False, "log": f"{type(e).__name__}: {e}", "tier": "torch"}
-    return {"ok": True, "log": "", "tier": "torch"}
-
-
-_MUSA_MISSING = (
-    "the MUSA backend builds with torch_musa's load_inline (torch_musa.utils.musa_extension), and torch_musa is "
-    "not importable in the builder: install Moore Threads' torch_musa wheel matching your torch and the MUSA SDK "
-    "(mcc under MUSA_HOME, default /usr/local/musa)"
-)
-
-
-def _musa_kwargs(spec: dict[str, Any], accepted: set[str]) -> dict[str, Any] | str:
-    """torch_musa's ``load_inline`` keywords for a spec, or why they cannot be formed."""
-    kwargs: dict[str, Any] = {
-        "cpp_sources": spec["cpp_sources"],
-        "functions": spec["functions"],
-        "extra_cflags": spec["extra_cflags"] or None,
-        "extra_ldflags": spec["extra_ldflags"] or None,
-        "extra_include_paths": spec["extra_include_paths"] or None,
-    }
-    # The device sources and flags: torch_musa spells them musa_*; older releases may take CUDA's spelling.
-    aliases = [(a, o) for b in REGISTRY.values() if b.toolchain == "mcc" for a, o in b.loader_aliases.items()]
-    for alias, ours in aliases:
-        names = (alias, ours)
-        if not spec[ours]:
-            continue
-        target = next((n for n in names if n in accepted), None)
-        if target is None:
-            return f"this torch_musa's load_inline takes none of {names}; cannot pass the MUSA sources"
-        kwargs[target] = spec[ours]
-    return {k: v for k, v in kwargs.items() if k in accepted and v is not None}
-
-
-def _musa(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
-    try:
-        from torch_musa.utils import musa_extension as me
-    except Exception as e:  # missing, or broken against this torch
-        return {"ok": False, "log": f"{_MUSA_MISSING} ({type(e).__name__}: {e})", "tier": "musa", "infra": True}
-    kwargs = _musa_kwargs(spec, set(inspect.signature(me.load_inline).parameters))
-    if isinstance(kwargs, str):
-        return {"ok": False, "log": kwargs, "tier": "musa", "infra": True}
-    try:
-        with _no_import(me):
-            me.load_inline(name=spec["name"], build_directory=str(tmp), verbose=False, **kwargs)
-    except Exception as e:  # mcc/g++ errors arrive as RuntimeError carrying the compiler output
-        return {"ok": False, "log": f"{type(e).__name__}: {e}", "tier": "musa"}
-    return {"ok": True, "log": "", "tier": "musa"}
-
-
 # The backends' own toolchains (their record's ``toolchain``) for device sources, beside the CUDA tiers.
-_DEVICE_TOOLCHAINS = {"mcc": _musa, "torch": _torch}
+_DEVICE_TOOLCHAINS: dict[str, Callable[[CompileJob, Path], dict[str, object]]] = {
+    "mcc": musa_build,
+    "torch": torch_build,
+}
 
 
 def _toolchain(backend: str | None) -> str:
@@ -192,16 +116,16 @@ def _cuda_split(
             "wanted": res.wanted, "retire": res.retire, "declined": declined}  # fmt: skip
 
 
-def _cuda_check(spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+def _cuda_check(job: CompileJob, tmp: Path) -> dict[str, object]:
     """The CUDA compile-only check of the source as written (no GPU here), run confined like any build; its output
     is the verdict."""
     from musaenv.toolchains.cuda_compile import cuda_compile_check
 
     check = cuda_compile_check(
-        spec["cpp_sources"], spec["cuda_sources"], spec["functions"],
-        extra_cuda_cflags=spec["extra_cuda_cflags"], extra_cflags=spec["extra_cflags"],
-        extra_include_paths=spec["extra_include_paths"], timeout_s=float(spec.get("timeout_s") or 300),
-        extra_ldflags=spec["extra_ldflags"],
+        job.cpp_sources, job.cuda_sources, job.functions,
+        extra_cuda_cflags=job.extra_cuda_cflags, extra_cflags=job.extra_cflags,
+        extra_include_paths=job.extra_include_paths, timeout_s=float(job.timeout_s or 300),
+        extra_ldflags=job.extra_ldflags,
     )  # fmt: skip
     steps = [s if isinstance(s, dict) else str(s) for s in check.steps]
     return {"ok": check.ok, "log": check.log, "tier": "compile_only", "steps": steps,
@@ -213,47 +137,36 @@ def _own_check(job: CompileJob) -> str:
     return REGISTRY[job.backend].compile_check if job.backend in REGISTRY else ""
 
 
-def _own_compile_check(name: str, spec: dict[str, Any], tmp: Path) -> dict[str, object]:
+def _own_compile_check(job: CompileJob, tmp: Path) -> dict[str, object]:
     """A backend's own compile-only check (its record's ``compile_check``, ``module:function``)."""
-    module, _, function = name.partition(":")
+    module, _, function = _own_check(job).partition(":")
     check: Callable[[dict[str, Any], Path], dict[str, object]] = getattr(importlib.import_module(module), function)
-    return check(spec, tmp)
+    return check(job.spec(), tmp)
 
 
-def _device_build(job: CompileJob) -> Callable[[dict[str, Any], Path], dict[str, object]] | None:
+def _device_build(job: CompileJob) -> Callable[[CompileJob, Path], dict[str, object]] | None:
     """The backend's own compiler for a job with device sources (mcc for MUSA), or ``None``."""
     return _DEVICE_TOOLCHAINS.get(_toolchain(job.backend)) if job.cuda_sources or job.with_cuda else None
 
 
-Build = Callable[[CompileJob, dict[str, Any], Path, list[dict[str, str]]], "dict[str, object] | None"]
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    """One build path: which jobs it takes, and its build, which answers the report's fields, or ``None`` when it
-    declines the job (why, appended to ``declined``): the next toolchain that takes the job is tried."""
-
-    name: str
-    accepts: Callable[[CompileJob], bool]
-    build: Build
-
-
 TOOLCHAINS: tuple[Toolchain, ...] = (
-    # compile-only (no device on this machine): the backend's own check, else the CUDA split, else the CUDA check
-    Toolchain("own_check", lambda j: j.compile_only and bool(_own_check(j)),
-              lambda j, spec, tmp, d: _own_compile_check(_own_check(j), spec, tmp)),
-    Toolchain("cuda_split", lambda j: j.compile_only, lambda j, spec, tmp, d: _cuda_split(spec, tmp, True, d)),
-    Toolchain("compile_only", lambda j: j.compile_only, lambda j, spec, tmp, d: _cuda_check(spec, tmp)),
-    # builds: device code to the backend's own compiler (mcc), never to nvcc; CUDA through the split; C++ through
-    # the fast driver; whatever those decline through torch's own load_inline
-    Toolchain("device", lambda j: not j.compile_only and _device_build(j) is not None,
-              lambda j, spec, tmp, d: _device_build(j)(spec, tmp)),  # type: ignore[misc]
-    Toolchain("cuda_split", lambda j: not j.compile_only and bool(j.cuda_sources),
-              lambda j, spec, tmp, d: _cuda_split(spec, tmp, False, d)),
-    Toolchain("fast", lambda j: not j.compile_only and not j.cuda_sources, lambda j, spec, tmp, d: _fast(spec, tmp, d)),
-    Toolchain("torch", lambda j: not j.compile_only, lambda j, spec, tmp, d: _torch(spec, tmp)),
+    # a backend's own compile-only check (no device on this machine), and its own compiler for device code (mcc),
+    # never nvcc
+    Toolchain("own_check", lambda j: bool(_own_check(j)), compile_only=lambda j, tmp, d: _own_compile_check(j, tmp)),
+    Toolchain("device", lambda j: _device_build(j) is not None,
+              build=lambda j, tmp, d: _device_build(j)(j, tmp)),  # type: ignore[misc]
+    # CUDA through the split, C++ through the fast driver
+    Toolchain("cuda_split", lambda j: j.compile_only or bool(j.cuda_sources),
+              build=lambda j, tmp, d: _cuda_split(j.spec(), tmp, False, d),
+              compile_only=lambda j, tmp, d: _cuda_split(j.spec(), tmp, True, d)),
+    CLANG,  # C++ by clang++ when the configuration asks for it (build mode clang)
+    Toolchain("fast", lambda j: not j.cuda_sources, build=lambda j, tmp, d: _fast(j.spec(), tmp, d)),
+    # whatever those decline: torch's own load_inline; compile-only, the CUDA check of the source as written
+    Toolchain("torch", lambda j: True, build=lambda j, tmp, d: torch_build(j, tmp),
+              compile_only=lambda j, tmp, d: _cuda_check(j, tmp)),
 )  # fmt: skip
-"""Every build path, in the order tried; a job is built by the first that takes it and does not decline."""
+"""Every build path, in the order tried; a job is run by the first that takes it (:meth:`Toolchain.runner`) and
+does not decline."""
 
 
 def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
@@ -264,11 +177,11 @@ def _build(job: CompileJob | WarmupJob, tmp: Path) -> dict[str, object]:
             os.nice(10)  # behind the candidates' builds
         rows = run_items(job.items, Path(job.pch_cache), lambda line: log.info("warmup: %s", line))
         return {"ok": all(r["ok"] for r in rows), "log": "", "tier": "warmup", "rows": rows}
-    spec = job.spec()
     declined: list[dict[str, str]] = []
     for toolchain in TOOLCHAINS:
-        if toolchain.accepts(job):
-            res = toolchain.build(job, spec, tmp, declined)
+        run = toolchain.runner(job)
+        if run is not None:
+            res = run(job, tmp, declined)
             if res is not None:
                 return res if "declined" in res else {**res, "declined": declined}
     raise RuntimeError(f"no toolchain takes this job (compile_only={job.compile_only}, backend={job.backend!r})")

@@ -13,21 +13,9 @@ from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
-from musaenv.toolchains.flags import normalise_flags
+from musaenv.toolchains.loadargs import FLAG_KWARGS, LIST_KWARGS, normalise_functions, normalise_list
 
 __all__ = ["FLAG_KWARGS", "LIST_KWARGS", "BuildSpec", "toolchain_fingerprint"]
-
-LIST_KWARGS = (
-    "cpp_sources",
-    "cuda_sources",
-    "extra_cflags",
-    "extra_cuda_cflags",
-    "extra_ldflags",
-    "extra_include_paths",
-)
-
-
-FLAG_KWARGS = ("extra_cflags", "extra_cuda_cflags", "extra_ldflags")
 
 
 def toolchain_fingerprint() -> str:
@@ -80,39 +68,18 @@ class BuildSpec:
 
     @classmethod
     def from_load_inline(cls, kwargs: dict[str, Any], backend: str, compile_only: bool = False) -> BuildSpec:
-        """Normalise the keyword arguments of a candidate's ``load_inline`` call.
+        """Normalise the keyword arguments of a candidate's ``load_inline`` call (torch's spellings: a backend's own,
+        ``musa_sources``, is renamed first by :func:`musaenv.toolchains.loadargs.canonical`).
 
-        Flag lists are normalised as torch does (stripped, empty ones dropped, split like a shell splits them).
+        Each argument is read as :mod:`musaenv.toolchains.loadargs` reads it: flag lists as torch does (stripped,
+        empty ones dropped, split like a shell splits them).
 
         Raises:
             TypeError: an argument has a type ``load_inline`` would not accept either.
             ValueError: a flag list with unbalanced quotes (torch's shell would fail the build command).
         """
-        norm: dict[str, Any] = {}
-        for key in LIST_KWARGS:
-            v = kwargs.get(key)
-            if v is None:
-                v = []
-            if isinstance(v, str):
-                v = [v]
-            if not isinstance(v, (list, tuple)) or not all(isinstance(s, str) for s in v):
-                raise TypeError(f"load_inline: {key} must be a string or a list of strings")
-            if key in FLAG_KWARGS:  # torch strips, joins and lets the shell split (see musaenv.toolchains.flags)
-                v = normalise_flags(v)
-            elif key == "extra_include_paths":
-                v = [p.strip() for p in v if p.strip()]
-            norm[key] = tuple(v)
-        fns = kwargs.get("functions")
-        if isinstance(fns, str):
-            fns = (fns,)
-        if isinstance(fns, dict):
-            if not all(isinstance(k, str) and isinstance(d, str) for k, d in fns.items()):
-                raise TypeError("load_inline: functions dict must map names to docstrings")
-            fns = dict(fns)
-        elif fns is not None:
-            if not isinstance(fns, (list, tuple)) or not all(isinstance(s, str) for s in fns):
-                raise TypeError("load_inline: functions must be a list of names")
-            fns = tuple(fns)
+        norm = {key: normalise_list(key, kwargs.get(key)) for key in LIST_KWARGS}
+        fns = normalise_functions(kwargs.get("functions"))
         with_cuda = kwargs.get("with_cuda")
         return cls(
             functions=fns,

@@ -45,7 +45,7 @@ class CompileJob(Message):
         name: The module's name (its content hash).
         cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
             with_cuda, backend, compile_only: The build spec's fields, as JSON.
-        build_mode: ``fast``, ``pch`` or ``torch`` (:data:`musaenv.toolchains.loader.BUILD_MODES`).
+        build_mode: One of :data:`musaenv.toolchains.loader.BUILD_MODES` (``fast``, ``torch``, ``clang``...).
         pch_cache: The header store the fast builds use (writable to the builder).
         timeout_s: CPU seconds the build may use.
         parent_pid: The build service's pid (the builder dies with it).

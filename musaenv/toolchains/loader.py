@@ -16,12 +16,16 @@ of its sources, flags and toolchain, and built by :func:`build_extension`:
   when it used more than ``timeout_s`` CPU seconds (the candidate's ``compile_error``) or, failing that, at the
   wall-clock backstop of :func:`musaenv.isolation.limits.backstop_s` (a host too slow: ``infra_error``, retried).
 
-Size: the build service's entry point and its outcomes (cache lookup, confined builder, install, the fault rules
-applied); issue 30 step 3 makes it one short entry point over toolchains.
+:func:`build_extension` reads as torch's ``_jit_compile`` does: the content hash, the sealed-cache lookup, a slot,
+a private directory, the confined builder, the install (:func:`_build_now` names the last three).
+
+Size: the build service's entry point and the judging of its two kinds of builder run (a module and a compile-only
+verdict) by one set of fault rules; the compile-only path shares the job writing and the builder run, so it stays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -32,7 +36,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +82,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STALE_BUILD_AGE_S = 6 * 3600
-BUILD_MODES = ("fast", "pch", "torch")
+BUILD_MODES = ("fast", "pch", "torch", "clang")
 # Peak memory of one g++ compile of a torch extension: ~0.7 GB RSS measured here (ps during a build), plus the
 # ~0.8 GB precompiled header it maps; 1.5 GB per build keeps parallel builds clear of the OOM killer.
 _BUILD_MEMORY_GB = 1.5
@@ -120,7 +125,8 @@ def configure_builds(
 
     Args:
         mode: ``fast`` (our compiler driving with precompiled headers and a split binding; the default),
-            ``pch`` (torch's ``main.cpp`` with a precompiled header) or ``torch`` (torch's ``load_inline``).
+            ``pch`` (torch's ``main.cpp`` with a precompiled header), ``torch`` (torch's ``load_inline``) or
+            ``clang`` (C++ compiled by clang++: :mod:`musaenv.toolchains.clang`).
             ``fast`` and ``pch`` fall back to ``torch`` by themselves when they cannot run.
         max_parallel: Builds running at once in this process (cache hits never wait for a slot).
         confine: ``False`` runs builds without the build sandbox (:mod:`musaenv.isolation.build_jail`). Only for
@@ -174,15 +180,14 @@ def build_extension(
         root: Extension cache directory (default :func:`ext_cache_root`).
         mode: Build mode (see :func:`configure_builds`); ``None`` uses the process default.
     """
-    root = root or ext_cache_root()
-    name = spec.name
-    start = time.perf_counter()
-    if spec.compile_only:
+    root, start = root or ext_cache_root(), time.perf_counter()
+    name = spec.name  # the content hash: sources, flags, toolchain
+    if spec.compile_only:  # a verdict on the source, no module: sealed per check version
         return _again_if_fault_text(lambda again: _compile_only(spec, name, root / name, timeout_s, start, again))
-    hit = _cache_lookup(root, name, start)
+    hit = _cache_lookup(root, name, start)  # the sealed cache: a module its manifest vouches for, or a sealed error
     if hit is not None:
         return hit
-    with _SETTINGS.slots:  # bounded concurrent compiles; another thread may have built it while we waited
+    with _SETTINGS.slots:  # a slot (bounded concurrent compiles); another thread may have built it while we waited
         hit = _cache_lookup(root, name, start)
         if hit is not None:
             return hit
@@ -224,54 +229,100 @@ def _cache_lookup(root: Path, name: str, start: float) -> BuildOutcome | None:
 def _build_now(
     spec: BuildSpec, name: str, root: Path, timeout_s: float, mode: str, start: float, second_look: bool = False
 ) -> BuildOutcome:
-    final_dir = root / name
+    """One build, as the steps torch's ``_jit_compile`` takes: a private directory, the confined builder, its
+    report judged, the module installed."""
+    with _private_dir(root, name) as tmp:  # its own directory: torch's lock file is never shared
+        run = _confined_builder(tmp, spec, name, mode, timeout_s)
+        seconds = time.perf_counter() - start
+        outcome = _judged(run, name, root / name, timeout_s, mode, seconds, second_look)
+        if outcome is not None:
+            return outcome
+        extra = run.extra
+        so_path = install(tmp, name, root / name, {"tier": extra.get("tier"), "declined": extra.get("declined", [])})
+        return BuildOutcome(True, name, str(so_path), log=run.log, seconds=seconds, extra=extra)
+
+
+@contextlib.contextmanager
+def _private_dir(root: Path, name: str) -> Iterator[Path]:
+    """A fresh build directory below the cache, removed after the build (a killed build's is swept later)."""
     tmp = root / "tmp" / f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True, exist_ok=True)
     try:
-        _write_job(tmp, spec, name=name, build_mode=mode, timeout_s=timeout_s)
-        _prime_flag_template()
-        with admitted(_memory_kind(spec), name):  # machine-wide, by the memory a build needs (#27)
-            oom_before = oom_kill_count()
-            rc, over = _run_builder(tmp, timeout_s)
-            oom_during = oom_rose(oom_before)
-        seconds = time.perf_counter() - start
-        result = _read_report(tmp)
-        if isinstance(result, str):  # a builder of another job version, or a report that is no report
-            return BuildOutcome(False, name, log=result, seconds=seconds, infra_error=True)
-        build_log = (result.log if result else "") or _tail(tmp / "builder.log")
-        extra = {"tier": result.tier or None, "declined": result.declined, "steps": result.steps} if result else {}
-        if result and result.wanted and over is None:  # headers this build went without: built for the next one
-            start_background(list(result.wanted), spec.to_dict())
-        if result and result.retire:  # headers the compiler refused for an empty unit: only the parent retires them
-            retire_headers(pch_cache_root(), result.retire)
-        if over == "backstop":  # the host stalled the build: retried, never the candidate's verdict or cached
-            msg = f"the build ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than its "
-            msg += f"{timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)"
-            return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True, infra_error=True)
-        if over == "cpu":
-            msg = f"compilation used more than its {timeout_s:.0f} s CPU limit and was killed"
-            return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
-        if result and result.infra:  # the toolchain is missing here: not the candidate's fault, never cached
-            return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
-        if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
-            why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
-            return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
-        if rc < 0:  # the builder runs none of the candidate's code: a signal that ended it came from outside
-            msg = f"the builder was killed ({signal.Signals(-rc).name}) after its report (not the candidate)\n"
-            return BuildOutcome(False, name, log=msg + build_log, seconds=seconds, infra_error=True, extra=extra)
-        failed = not result or not result.ok or not (tmp / f"{name}.so").exists()
-        fault = _fault(build_log, result.steps if result else [], oom_during) if failed else None
-        if fault is not None:  # a compiler killed from outside, by its exit status or the kernel's count: retried
-            msg = f"{fault} (not the candidate):\n{build_log}"
-            return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
-        if failed and (second_look or not reads_like_fault(build_log)):  # a diagnostic: the same sources fail alike
-            seal_failure(final_dir, name, build_log, _producer(result, mode))
-        if failed:  # fault-like text unconfirmed: the candidate's compile error (sealed only on a second look)
-            return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
-        so_path = install(tmp, name, final_dir, {"tier": extra.get("tier"), "declined": extra.get("declined", [])})
-        return BuildOutcome(True, name, str(so_path), log=build_log, seconds=seconds, extra=extra)
+        yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _BuilderRun:
+    """What one confined builder left: its exit code, the limit that ended it, whether the kernel's OOM-kill count
+    rose meanwhile, its report (a string: why it was refused) and its log."""
+
+    tmp: Path
+    rc: int
+    over: str | None
+    oom_during: bool
+    report: BuildReport | str | None
+    log: str
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """How it was built, as the outcome reports it (``tier``, ``declined``, ``steps``)."""
+        r = self.report
+        return {"tier": r.tier or None, "declined": r.declined, "steps": r.steps} if isinstance(r, BuildReport) else {}
+
+
+def _confined_builder(tmp: Path, spec: BuildSpec, name: str, mode: str, timeout_s: float) -> _BuilderRun:
+    """Run the confined builder on ``spec`` in ``tmp``, admitted by the memory it needs; start the headers it went
+    without and retire those its compiler refused (the parent alone writes the header store)."""
+    _write_job(tmp, spec, name=name, build_mode=mode, timeout_s=timeout_s)
+    _prime_flag_template()
+    with admitted(_memory_kind(spec), name):  # machine-wide, by the memory a build needs (#27)
+        oom_before = oom_kill_count()
+        rc, over = _run_builder(tmp, timeout_s)
+        oom_during = oom_rose(oom_before)
+    result = _read_report(tmp)
+    build_log = (result.log if isinstance(result, BuildReport) else "") or _tail(tmp / "builder.log")
+    if isinstance(result, BuildReport) and result.wanted and over is None:  # built for the next one
+        start_background(list(result.wanted), spec.to_dict())
+    if isinstance(result, BuildReport) and result.retire:  # headers the compiler refused for an empty unit
+        retire_headers(pch_cache_root(), result.retire)
+    return _BuilderRun(tmp, rc, over, oom_during, result, build_log)
+
+
+def _judged(
+    run: _BuilderRun, name: str, final_dir: Path, timeout_s: float, mode: str, seconds: float, second_look: bool
+) -> BuildOutcome | None:
+    """The outcome of a builder run that built nothing to install (the fault rules applied; a compile error
+    sealed), or ``None`` when its module is to be installed."""
+    result, build_log, extra, rc, over = run.report, run.log, run.extra, run.rc, run.over
+    if isinstance(result, str):  # a builder of another job version, or a report that is no report
+        return BuildOutcome(False, name, log=result, seconds=seconds, infra_error=True)
+    if over == "backstop":  # the host stalled the build: retried, never the candidate's verdict or cached
+        msg = f"the build ran past its {backstop_s(timeout_s):.0f} s wall-clock backstop using less than its "
+        msg += f"{timeout_s:.0f} CPU seconds: the host was too slow (not the candidate)"
+        return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True, infra_error=True)
+    if over == "cpu":
+        msg = f"compilation used more than its {timeout_s:.0f} s CPU limit and was killed"
+        return BuildOutcome(False, name, log=msg, seconds=seconds, timed_out=True)
+    if result and result.infra:  # the toolchain is missing here: not the candidate's fault, never cached
+        return BuildOutcome(False, name, log=build_log, seconds=seconds, infra_error=True, extra=extra)
+    if rc != 0 and not result:  # it failed to start, or was killed from outside (the result is written last)
+        why = "failed before building" if rc > 0 else f"was killed ({signal.Signals(-rc).name}) before finishing"
+        return BuildOutcome(False, name, log=f"the builder {why}:\n{build_log}", seconds=seconds, infra_error=True)
+    if rc < 0:  # the builder runs none of the candidate's code: a signal that ended it came from outside
+        msg = f"the builder was killed ({signal.Signals(-rc).name}) after its report (not the candidate)\n"
+        return BuildOutcome(False, name, log=msg + build_log, seconds=seconds, infra_error=True, extra=extra)
+    failed = not result or not result.ok or not (run.tmp / f"{name}.so").exists()
+    fault = _fault(build_log, result.steps if result else [], run.oom_during) if failed else None
+    if fault is not None:  # a compiler killed from outside, by its exit status or the kernel's count: retried
+        msg = f"{fault} (not the candidate):\n{build_log}"
+        return BuildOutcome(False, name, log=msg, seconds=seconds, infra_error=True, extra=extra)
+    if failed and (second_look or not reads_like_fault(build_log)):  # a diagnostic: the same sources fail alike
+        seal_failure(final_dir, name, build_log, _producer(result, mode))
+    if failed:  # fault-like text unconfirmed: the candidate's compile error (sealed only on a second look)
+        return BuildOutcome(False, name, log=build_log, seconds=seconds, extra=extra)
+    return None
 
 
 _PRIMED: set[Path] = set()  # cache roots this process has written (or found) the template in

@@ -14,19 +14,16 @@ import itertools
 import textwrap
 from dataclasses import dataclass, field
 
-from musaenv.backends import REGISTRY
+from musaenv.toolchains.loadargs import flag_keywords, positional_name, source_kind
 from musaenv.verification.static_names import Symbols, is_load_inline_name
 
 __all__ = ["RecoveredBuild", "SourceText", "find_builds"]
 
 _MAX_VALUES = 16  # alternatives kept per expression; more than this is treated as unresolvable
-# A backend's own spelling of torch's device keywords (musa_sources) holds that backend's kind of sources.
-_ALIASES = [(alias, ours, b.name) for b in REGISTRY.values() for alias, ours in b.loader_aliases.items()]
-_SOURCE_KWS = {"cpp_sources": "cpp", "cuda_sources": "cuda", "sycl_sources": "sycl"}
-_SOURCE_KWS |= {alias: name for alias, ours, name in _ALIASES if ours == "cuda_sources"}
-_FLAG_KWS: tuple[str, ...] = ("extra_cflags", "extra_cuda_cflags", "extra_sycl_cflags", "extra_ldflags")
-_FLAG_KWS += tuple(alias for alias, ours, _ in _ALIASES if ours == "extra_cuda_cflags")
-_POSITIONAL = {1: "cpp_sources", 2: "cuda_sources"}
+# The arguments read: each source keyword (torch's and a backend's own spelling, musa_sources) with the kind of
+# text it holds, and every flag keyword, from the one table of load_inline's arguments (musaenv.toolchains.loadargs).
+_FLAG_KWS = flag_keywords()
+_POSITIONAL = {i: positional_name(i) or "" for i in (1, 2)}  # cpp_sources, cuda_sources; later ones: see _args_of
 
 
 class _Unresolved(Exception):
@@ -278,7 +275,7 @@ def _build_spec(source: str, call: ast.Call, ev: _Evaluator) -> RecoveredBuild:
         if name == "functions":
             spec.functions = _names_value(node, ev)
             continue
-        kind = _SOURCE_KWS.get(name, "cpp" if name.startswith("positional") else None)
+        kind = source_kind(name) or ("cpp" if name.startswith("positional") else None)
         is_flags = name in _FLAG_KWS or name in ("extra_include_paths", "build_directory")
         if kind is None and not is_flags:
             continue

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from musaenv.backends import get_backend, loader_aliases
+from musaenv.backends import get_backend
 from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, BuildResult
 from musaenv.toolchains.buildspec import BuildSpec
+from musaenv.toolchains.loadargs import canonical
 
 __all__ = [
     "BuildFailedError",
@@ -225,9 +226,7 @@ def install_loader_hook(chan: Channel, backend: str, compile_only: bool = False)
     state = BuildState(chan, backend, compile_only)
 
     def build(kwargs: dict[str, Any]) -> types.ModuleType:
-        for alias, ours in loader_aliases().items():
-            if alias in kwargs:  # a backend's own spelling (torch_musa's musa_sources); its builder hands them on
-                kwargs[ours] = kwargs.pop(alias)
+        kwargs = canonical(kwargs)  # a backend's own spelling (torch_musa's musa_sources); its builder hands them on
         if kwargs.get("sycl_sources"):
             raise TypeError("load_inline: sycl_sources are not supported by musaenv's backends")
         return _build(state, kwargs)

@@ -16,8 +16,8 @@ from musaenv.backends.musa_port import port_source
 from musaenv.config import EvalConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source
-from musaenv.toolchains.builder import _musa_kwargs
 from musaenv.toolchains.loader import BuildSpec, build_extension
+from musaenv.toolchains.torch_inline import musa_kwargs as _musa_kwargs
 from musaenv.types import Stage
 
 pytestmark = pytest.mark.skipif(

@@ -30,7 +30,7 @@ def _job(**over: object) -> builder.CompileJob:
 
 
 def _taking(job: builder.CompileJob) -> list[str]:
-    return [t.name for t in builder.TOOLCHAINS if t.accepts(job)]
+    return [t.name for t in builder.TOOLCHAINS if t.runner(job) is not None]
 
 
 def test_every_job_meets_its_toolchains_in_one_ordered_list() -> None:
@@ -39,7 +39,9 @@ def test_every_job_meets_its_toolchains_in_one_ordered_list() -> None:
     assert _taking(_job()) == ["fast", "torch"]
     assert _taking(_job(backend="cuda", cuda_sources=["__global__ void k() {}"])) == ["cuda_split", "torch"]
     assert _taking(_job(backend="musa", cuda_sources=["__global__ void k() {}"]))[:1] == ["device"]
-    assert _taking(_job(backend="cuda", compile_only=True, cuda_sources=["x"])) == ["cuda_split", "compile_only"]
+    assert _taking(_job(build_mode="clang")) == ["clang", "fast", "torch"]  # asked for: clang++ first
+    # compile-only: the toolchains that have a check, the CUDA split's, then torch's path's (nvcc as written)
+    assert _taking(_job(backend="cuda", compile_only=True, cuda_sources=["x"])) == ["cuda_split", "torch"]
     assert _taking(_job(backend="hip", compile_only=True, cuda_sources=["x"]))[0] == "own_check"
 
 
@@ -48,11 +50,11 @@ def test_a_declining_toolchain_hands_the_job_to_the_next(tmp_path: Path, monkeyp
     here: the order and the report's ``declined`` are what is tested, the builds have their own tests)."""
     seen: list[str] = []
 
-    def torch_build(job: object, spec: object, tmp: object, declined: object) -> dict[str, object]:
+    def torch_build(job: object, tmp: object, declined: object) -> dict[str, object]:
         seen.append("torch")
         return {"ok": True, "tier": "torch"}
 
-    stub = builder.Toolchain("torch", lambda j: True, torch_build)
+    stub = builder.Toolchain("torch", lambda j: True, build=torch_build)
     monkeypatch.setattr(builder, "TOOLCHAINS", (*builder.TOOLCHAINS[:-1], stub))
     res = builder._build(_job(), tmp_path)
     assert seen == ["torch"] and res["tier"] == "torch"
