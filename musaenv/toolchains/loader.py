@@ -181,9 +181,11 @@ def build_extension(
         mode: Build mode (see :func:`configure_builds`); ``None`` uses the process default.
     """
     root, start = root or ext_cache_root(), time.perf_counter()
-    name = spec.name  # the content hash: sources, flags, toolchain
     if spec.compile_only:  # a verdict on the source, no module: sealed per check version
+        name = spec.name
         return _again_if_fault_text(lambda again: _compile_only(spec, name, root / name, timeout_s, start, again))
+    build_mode = mode or _SETTINGS.mode
+    name = cache_name(spec, build_mode)  # the content hash: sources, flags, toolchain (and another compiler's mode)
     hit = _cache_lookup(root, name, start)  # the sealed cache: a module its manifest vouches for, or a sealed error
     if hit is not None:
         return hit
@@ -192,12 +194,21 @@ def build_extension(
         if hit is not None:
             return hit
         try:
-            build_mode = mode or _SETTINGS.mode
             return _again_if_fault_text(lambda again: _build_now(spec, name, root, timeout_s, build_mode, start, again))
         except OSError as e:  # an unwritable or full cache: the machine's problem, said plainly, never a verdict
             msg = f"the build cache {root} cannot be written ({e}); set MUSAENV_CACHE_DIR to a writable directory"
             log.error("%s", msg)
             return BuildOutcome(False, name, log=msg, seconds=time.perf_counter() - start, infra_error=True)
+
+
+def cache_name(spec: BuildSpec, mode: str) -> str:
+    """The module's name and cache key: :attr:`BuildSpec.name`, whose toolchain fingerprint is GCC's, for the modes
+    that compile with it (one module whichever of them built it); another compiler's mode keys a module of its own,
+    or a clang request would be answered with the module GCC built."""
+    return spec.name if mode in _GCC_MODES else f"{spec.name}_{mode}"
+
+
+_GCC_MODES = ("fast", "pch", "torch")
 
 
 def _again_if_fault_text(build: Callable[[bool], BuildOutcome]) -> BuildOutcome:

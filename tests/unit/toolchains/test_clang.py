@@ -61,3 +61,13 @@ def test_clang_takes_only_cpp_jobs_it_was_asked_for() -> None:
     assert not clang.TOOLCHAIN.accepts(_job(with_cuda=True))
     assert not clang.TOOLCHAIN.accepts(_job("fast"))
     assert clang.TOOLCHAIN.runner(_job(compile_only=True)) is None  # no compile-only check of its own
+
+
+def test_another_compilers_mode_keys_a_module_of_its_own() -> None:
+    from musaenv.toolchains.loader import BUILD_MODES, cache_name
+
+    spec = BuildSpec.from_load_inline({"cpp_sources": SRC, "functions": ["twice_relu"]}, "cpu")
+    gcc = {cache_name(spec, mode) for mode in ("fast", "pch", "torch")}
+    assert gcc == {spec.name}  # one module whichever GCC path built it
+    assert cache_name(spec, "clang") != spec.name  # a clang request is never answered with GCC's module
+    assert cache_name(spec, "clang").isidentifier() and set(BUILD_MODES) == {"fast", "pch", "torch", "clang"}
