@@ -22,7 +22,6 @@ from musaenv.config import EvalConfig
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
 from musaenv.evaluator.memory import oom_kills
 from musaenv.evaluator.pairing import Handoff, PairingError, RefSession, pair_calls
-from musaenv.evaluator.reference import recv_before
 from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import (
@@ -319,7 +318,7 @@ def _recv_within(worker: WorkerProcess, clock: StageClock) -> tuple[dict[str, An
     """The worker's next message, or which limit of ``clock`` ran out first (see :meth:`StageClock.over`)."""
     while True:
         try:
-            got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S, clock.over)
+            got = worker.chan.recv_before(time.monotonic() + _LIMIT_POLL_S, clock.over)
         except Stalled as e:  # stopped inside a message: the limit that ran out meanwhile
             return e.reason
         if got is not None:

@@ -26,7 +26,7 @@ from musaenv.evaluator.memory import candidate_budget_mb, status_mb
 from musaenv.evaluator.pairing import RefSession
 from musaenv.evaluator.plan import EvalPlan, interpreted_config, interpreter_shapes, make_plan, plan_pool
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
-from musaenv.evaluator.verdict import judge
+from musaenv.evaluator.verdict import judge, unconditioned_misses
 from musaenv.isolation import forkserver
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.messages import CandidateRequest
@@ -335,6 +335,7 @@ class LocalEvaluator:
             checked = _checked_calls(plan, run, self.config.timing.probes)
             with self._run_admission(task), (self._device_slot if timed else None) or nullcontext():
                 ref = self._reference.run(task, plan, timing, limit_s, *checked)
+            self._judge_conditioning(task, plan, run, ref)
         except ReferenceError_ as e:
             if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on
                 self._broken_tasks[task.source_hash] = f"task refused (its own code fails): {str(e)[:2000]}"
@@ -342,6 +343,17 @@ class LocalEvaluator:
         if run.paired is not None:  # timed beside the candidate: its timed outputs check every candidate call
             ref.timing_prints, ref.timing_note = run.paired.ref_prints, run.paired.baseline_note
         return ref
+
+    def _judge_conditioning(self, task: Task, plan: EvalPlan, run: CandidateRun, ref: RefOutputs) -> None:
+        """Drop the stress trials the candidate missed where the reference itself is ill-conditioned (its float64
+        run disagrees): asked of the reference worker only for those trials (``ref.skips`` updated in place)."""
+        misses = unconditioned_misses(run, ref, *self._tolerances(task))
+        if misses:
+            limit_s = self.config.run_timeout_s
+            slot = self._device_slot if self.backend.device != "cpu" else None  # as an untimed reference run
+            with self._run_admission(task), slot or nullcontext():
+                for i, why in self._reference.condition(task, plan, misses, limit_s).items():
+                    ref.skips[i] = why
 
     def _pairer(self, task: Task, plan: EvalPlan) -> Callable[[], RefSession] | None:
         """Starts the reference's side of paired timing when the candidate reaches it (``None``: not paired)."""

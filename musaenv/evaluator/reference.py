@@ -14,11 +14,11 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,11 +28,12 @@ from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.pairing import PairingError, RefSession
 from musaenv.evaluator.plan import EvalPlan, StressTrial
 from musaenv.isolation import forkserver
-from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
+from musaenv.isolation.channel import ProtocolError, Stalled
 from musaenv.isolation.forkserver import ForkServer
 from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import (
+    ConditionRequest,
     DrawRequest,
     PairedRequest,
     ReferenceRequest,
@@ -48,9 +49,10 @@ from musaenv.tasks.task import Task
 from musaenv.timing.paired import TIMING_METHOD
 from musaenv.types import TimingStats
 
-__all__ = ["RefOutputs", "ReferenceError_", "ReferenceService", "recv_before"]
+__all__ = ["RefOutputs", "ReferenceError_", "ReferenceService"]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 WORKER_START_TIMEOUT_S = 180.0
 _LIMIT_POLL_S = 0.25  # how often the run's limits are checked while the reference worker is silent
@@ -90,25 +92,6 @@ class RefOutputs:
     # Per timed call of the eager reference timed in this run (same pool and call order as the candidate's),
     # ``[sum, sum^2, sum |r|, n]`` per output: every timed call of the candidate is checked against them.
     timing_prints: list[Any] | None = None
-
-
-def recv_before(
-    worker: WorkerProcess, deadline: float, give_up: GiveUp
-) -> tuple[dict[str, Any], list[np.ndarray]] | None:
-    """Next message from ``worker``, or ``None`` when ``deadline`` (monotonic) passes before it starts.
-
-    A message once started is read to its end unless the worker stops sending and ``give_up`` (a stage clock's
-    ``over``) returns a reason: a stopped or hostile worker never holds the parent inside a half-sent message.
-
-    Raises:
-        EOFError: the worker is gone.
-        ProtocolError: it sent something malformed.
-        Stalled: it stopped inside a message and ``give_up`` gave up (its ``reason``).
-    """
-    remaining = deadline - time.monotonic()
-    if remaining <= 0 or not worker.chan.poll(remaining):
-        return None
-    return worker.chan.recv(give_up)
 
 
 class ReferenceService:
@@ -213,19 +196,23 @@ class ReferenceService:
         ``recheck_calls``: timed calls whose outputs are rechecked (default: the plan's ``keep``);
         ``probe_calls``: timed calls whose fingerprints are checked (the reference sends its stats of them).
         """
-        calls = list(plan.keep if recheck_calls is None else recheck_calls)
-        for attempt in (1, 2):
+        calls, probes = list(plan.keep if recheck_calls is None else recheck_calls), list(probe_calls)
+        out = self._twice("reference computation", self._run_once, task, plan, timing_cfg, timeout_s, calls, probes)
+        out.recheck_calls, out.probe_calls = calls, probes
+        return out
+
+    def _twice(self, what: str, attempt: Callable[..., _T], *args: Any) -> _T:
+        """``attempt(*args)``, once more with a fresh worker when the worker died or broke the protocol."""
+        for n in (1, 2):
             try:
-                out = self._run_once(task, plan, timing_cfg, timeout_s, calls, list(probe_calls))
-                out.recheck_calls, out.probe_calls = calls, list(probe_calls)
-                return out
+                return attempt(*args)
             except (EOFError, ProtocolError, OSError, TimeoutError) as e:
-                log.warning("reference worker failed (attempt %d): %s", attempt, e)
+                log.warning("reference worker failed in %s (attempt %d): %s", what, n, e)
                 if self._worker is not None:
                     self._worker.close()
                     self._worker = None
                 err = e
-        raise ReferenceError_(f"reference computation failed twice: {err}")
+        raise ReferenceError_(f"{what} failed twice: {err}")
 
     def _request(
         self,
@@ -307,22 +294,64 @@ class ReferenceService:
         probes: list[int],
     ) -> RefOutputs:
         worker = self._ensure_worker()
-        meter = PeakMeter(worker.pid)  # the task's memory: the candidate's budget derives from it (.memory)
         req = self._request(task, plan, timing_cfg, calls, probes)
         cached = self._cached(task, plan) if timing_cfg and not req.timing else None
         if req.timing and self.device == "cpu":  # timed on the same cores a candidate's timed calls get
             pin_threads(worker.pid, timing_cpus(self.cpu_threads))
         else:
             pin_threads(worker.pid, set(os.sched_getaffinity(0)))
-        worker.chan.send(req.to_dict())
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
         out.timing_note = cached[1] if cached else ""
+        collected, skips = self._exchange(worker, req, task, plan, timeout_s, out)
+        n = plan.n_trials
+        out.trials, out.rechecks, out.skips = collected[:n], collected[n:], skips[:n]
+        out.stress = {len(plan.trials) + j: t for j, t in enumerate(plan.stress)}
+        return out
+
+    def condition(self, task: Task, plan: EvalPlan, trials: Sequence[int], timeout_s: float) -> dict[int, str]:
+        """Judge the conditioning of the stress trials ``trials`` (indexes into ``plan.trial_specs()``, those a
+        candidate missed): per trial, why it does not count (the reference in float64 disagrees, or cannot run in
+        float64), or ``""``. The reference worker runs each again in the task's dtype and in float64.
+
+        Raises:
+            ReferenceError_: the worker failed twice, or the reference program failed.
+        """
+        specs = plan.trial_specs()
+        base = self._request(task, plan, None)
+        same = {f.name: getattr(base, f.name) for f in fields(base)}
+        req = ConditionRequest(**{**same, "trials": [specs[i] for i in trials], "timing": None})
+
+        def ask() -> dict[int, str]:
+            worker = self._ensure_worker()
+            pin_threads(worker.pid, set(os.sched_getaffinity(0)))
+            _, skips = self._exchange(worker, req, task, plan, timeout_s, RefOutputs(), peak=False)
+            if len(skips) != len(trials):
+                raise ProtocolError(f"{len(skips)} conditioning verdicts for {len(trials)} trials")
+            return dict(zip(trials, skips))
+
+        return self._twice("the reference's conditioning check", ask)
+
+    def _exchange(
+        self,
+        worker: WorkerProcess,
+        req: ReferenceRequest,
+        task: Task,
+        plan: EvalPlan,
+        timeout_s: float,
+        out: RefOutputs,
+        peak: bool = True,
+    ) -> tuple[list[tuple[list[np.ndarray], list[str]]], list[str]]:
+        """Send ``req`` and read the worker's answer into ``out`` (probe stats, timing) until its result; returns
+        the trials' outputs and skips in order. ``peak``: record the task's memory peak (not for a float64 check,
+        whose copy of the model is no memory the task needs)."""  # fmt: skip
+        meter = PeakMeter(worker.pid) if peak else None  # the task's memory: a candidate's budget derives from it
+        worker.chan.send(req.to_dict())
         collected: list[tuple[list[np.ndarray], list[str]]] = []
         skips: list[str] = []
         clock = StageClock(worker.pid, timeout_s)  # CPU and own time of the reference, wall clock as a backstop
         while True:
             try:
-                got = recv_before(worker, time.monotonic() + _LIMIT_POLL_S, clock.over)
+                got = worker.chan.recv_before(time.monotonic() + _LIMIT_POLL_S, clock.over)
                 why = clock.over() if got is None else None
             except Stalled as e:
                 got, why = None, e.reason
@@ -345,14 +374,10 @@ class ReferenceService:
             elif isinstance(msg, Result):
                 if msg.failure is not None:
                     raise ReferenceError_(f"the reference program of {task.id} failed:\n{msg.failure.log}")
-                peak = meter.task_peak_mb()
-                if peak is not None:
-                    self.task_peaks[task.source_hash] = max(peak, self.task_peaks.get(task.source_hash, 0.0))
-                break
-        n = plan.n_trials
-        out.trials, out.rechecks, out.skips = collected[:n], collected[n:], skips[:n]
-        out.stress = {len(plan.trials) + j: t for j, t in enumerate(plan.stress)}
-        return out
+                mb = meter.task_peak_mb() if meter is not None else None
+                if mb is not None:
+                    self.task_peaks[task.source_hash] = max(mb, self.task_peaks.get(task.source_hash, 0.0))
+                return collected, skips
 
     def close(self) -> None:
         """Stop the reference worker."""

@@ -29,6 +29,7 @@ __all__ = [
     "early_verdict",
     "judge",
     "timed_outputs_agree",
+    "unconditioned_misses",
 ]
 
 # Flags the worker raises on outputs and inputs, and the timing checks', with the sentence the policy reads: a view
@@ -150,6 +151,27 @@ def compare_trials(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float)
     return TrialComparison(
         passed, total, worst_abs, worst_rel, tuple(messages), tuple(flags), tuple(mask), tuple(skipped)
     )
+
+
+def unconditioned_misses(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> list[int]:
+    """The stress trials whose conditioning decides the verdict: those the reference kept (finite outputs) and
+    the candidate missed, when every trial on the task's own inputs passed (else stress trials count for nothing).
+
+    The reference worker judges conditioning (its float64 run) only for these, on request
+    (:meth:`~musaenv.evaluator.reference.ReferenceService.condition`): for a trial the candidate passed, dropping
+    it would change the trial count and nothing else."""
+    misses: list[int] = []
+    for i, ((arrays, dtypes, tflags), (rarr, rdt)) in enumerate(zip(run.trials, ref.trials)):
+        stress = ref.stress.get(i)
+        if stress is None:
+            if tflags or not compare_outputs(arrays, rarr, atol, rtol, dtypes, rdt).passed:
+                return []  # an own trial failed: q = 0 whatever the stress trials say
+        elif (
+            not (i < len(ref.skips) and ref.skips[i])
+            and not compare_stressed(arrays, rarr, atol, rtol, dtypes, rdt).passed
+        ):
+            misses.append(i)
+    return misses
 
 
 def timed_outputs_agree(run: CandidateRun, ref: RefOutputs, atol: float, rtol: float) -> bool:

@@ -20,6 +20,7 @@ import math
 import os
 import select
 import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -131,6 +132,22 @@ class Channel:
         """True when a message is ready (or the peer closed) within ``timeout_s``."""
         r, _, _ = select.select([self._rfd], [], [], timeout_s)
         return bool(r)
+
+    def recv_before(self, deadline: float, give_up: GiveUp) -> tuple[dict[str, Any], list[np.ndarray]] | None:
+        """The next message, or ``None`` when ``deadline`` (``time.monotonic``) passes before it starts.
+
+        A message once started is read to its end unless the peer stops sending and ``give_up`` (a stage clock's
+        ``over``) returns a reason: a stopped or hostile worker never holds the parent inside a half-sent message.
+
+        Raises:
+            EOFError: the peer is gone.
+            ProtocolError: it sent something malformed.
+            Stalled: it stopped inside a message and ``give_up`` gave up (its ``reason``).
+        """
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not self.poll(remaining):
+            return None
+        return self.recv(give_up)
 
     def _read_into(self, buf: memoryview, at_boundary: bool, give_up: GiveUp | None) -> None:
         got = 0

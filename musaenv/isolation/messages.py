@@ -46,6 +46,7 @@ __all__ = [
     "BuildRequest",
     "BuildResult",
     "CandidateRequest",
+    "ConditionRequest",
     "DrawRequest",
     "ExitQuery",
     "ExitStatus",
@@ -93,8 +94,9 @@ __all__ = [
 # :class:`TimingReport`, every field sent) for the ``runtime`` message of a phase and its free-form body; 8: a run
 # request's trials and timing plan as records (:class:`TrialSpec`, :class:`TimingPlan`, every field sent), and its
 # runtime checks (:class:`RuntimeChecks`), its sandbox settings (a :class:`~musaenv.config.SandboxConfig`); a
-# :class:`Failure`'s stage one of :class:`FailureStage`
-PROTOCOL_VERSION = 8
+# :class:`Failure`'s stage one of :class:`FailureStage`; 9: a stress trial's conditioning judged on request only
+# (:class:`ConditionRequest`; a :class:`ReferenceRequest` drops only the stress trials whose outputs are not finite)
+PROTOCOL_VERSION = 9
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 
@@ -137,7 +139,8 @@ class Trial(Message):
     """One correctness trial's outputs (as the arrays that follow the message), their dtypes and the worker's flags.
 
     ``skip``: from the reference worker only (the parent reads no candidate's), why a stress trial does not count:
-    the reference's outputs on it are not finite, or disagree with the reference run in float64; empty: it counts.
+    the reference's outputs on it are not finite, or (answering a :class:`ConditionRequest`) disagree with the
+    reference run in float64; empty: it counts.
     """
 
     TYPE: ClassVar[str] = "trial"
@@ -317,6 +320,14 @@ class PairedRequest(ReferenceRequest):
     by :class:`TimeReady` / :class:`TimeDone` per call, then a :class:`Timing` and a :class:`Result`."""
 
     TYPE: ClassVar[str] = "paired"
+
+
+@dataclass(frozen=True)
+class ConditionRequest(ReferenceRequest):
+    """Judge the conditioning of the stress trials in ``trials`` (those a candidate missed): each run in the task's
+    dtype and in float64; answered by a :class:`Trial` per trial (its :attr:`Trial.skip`) and a :class:`Result`."""
+
+    TYPE: ClassVar[str] = "condition"
 
 
 # ------------------------------------------------------------------------ paired timing (both workers)

@@ -12,6 +12,10 @@ Requests (from :class:`~musaenv.evaluator.reference.ReferenceService`; records o
   ``time_call`` messages, interleaved with a candidate worker's calls (:mod:`musaenv.evaluator.pairing`); answered
   with ``time_ready`` / ``time_done`` per call, a ``timing`` message and a ``result``. Uses (without consuming) the
   inputs of the last draw when its ``draw_id`` matches.
+* ``condition`` (:class:`~musaenv.isolation.messages.ConditionRequest`): the stress trials a candidate missed, run
+  again in the task's dtype and in float64 (:func:`stress_skip` with ``condition``); answered with a ``trial`` per
+  trial (its ``skip``) and a ``result``. A ``reference`` request judges only finiteness: the float64 run (8x the
+  float32 forward on a linear layer) changes a verdict only where the candidate missed the trial.
 * ``shutdown``.
 """
 
@@ -25,6 +29,7 @@ import torch
 
 from musaenv.isolation.channel import Channel, ProtocolError
 from musaenv.isolation.messages import (
+    ConditionRequest,
     DrawRequest,
     Failure,
     FailureStage,
@@ -110,13 +115,16 @@ def _purity(program: ProgramModule, req: ReferenceRequest, device: torch.device)
     return ""
 
 
-def stress_skip(model: Any, inputs: list[Any], outs: list[Any], atol: float, rtol: float) -> str:
+def stress_skip(
+    model: Any, inputs: list[Any], outs: list[Any], atol: float, rtol: float, condition: bool = True
+) -> str:
     """Why a stress trial's reference outputs ``outs`` (of ``model`` on ``inputs``) do not count, or ``""``: an
-    output is not finite, or a copy of the model in float64 disagrees (:data:`CONDITION_SHARE`), or cannot run."""
+    output is not finite, or (with ``condition``) a copy of the model in float64 disagrees
+    (:data:`CONDITION_SHARE`), or cannot run."""
     tensors = [o for o in outs if isinstance(o, torch.Tensor)]
     if any(o.is_floating_point() and not _all_finite(o) for o in tensors):
         return "the reference's outputs are not finite on these inputs"
-    if not any(o.is_floating_point() for o in tensors):
+    if not condition or not any(o.is_floating_point() for o in tensors):
         return ""  # integer outputs (argmax, ...): exact, nothing to condition
     wide_args = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs]
     try:
@@ -157,6 +165,7 @@ def _run(chan: Channel, req: ReferenceRequest, program: ProgramModule, drawn: Dr
     if isinstance(req, PairedRequest):  # timing only: its trials come in the evaluation's reference request
         _time(chan, req, program, program.build_model(model_cls, req.shapes[0], req.init_seed, device), drawn)
         return
+    condition = isinstance(req, ConditionRequest)  # else finiteness only (the module's docstring says why)
     key = req.task_hash
     if key not in _PURITY:  # once per task and worker
         _PURITY[key] = _purity(program, req, device)
@@ -164,10 +173,10 @@ def _run(chan: Channel, req: ReferenceRequest, program: ProgramModule, drawn: Dr
         raise ImpureReference(_PURITY[key])
 
     def stress(model: Any, inputs: list[Any], outs: list[Any]) -> str:
-        return stress_skip(model, inputs, outs, req.atol, req.rtol)
+        return stress_skip(model, inputs, outs, req.atol, req.rtol, condition)
 
     models = run_trials(chan, req, program, model_cls, device, None, drawn=drawn, stress=stress)
-    if req.timing:
+    if req.timing and not condition:
         if 0 not in models:
             models[0] = program.build_model(model_cls, req.shapes[0], req.init_seed, device)
         _time(chan, req, program, models[0], drawn)
@@ -230,7 +239,7 @@ def serve_reference(chan: Channel) -> None:
         except EOFError:
             return
         try:
-            req = decode(msg, Shutdown, DrawRequest, PairedRequest, ReferenceRequest)
+            req = decode(msg, Shutdown, DrawRequest, PairedRequest, ConditionRequest, ReferenceRequest)
         except ProtocolError as e:  # the parent's own request: answered as the harness's failure
             if msg.get("type") != DrawRequest.TYPE:  # a draw gets no reply: its inputs are drawn again later
                 why = Failure(FailureStage.INFRA_ERROR, f"malformed reference request: {e}")
@@ -243,7 +252,7 @@ def serve_reference(chan: Channel) -> None:
             continue
         assert isinstance(req, ReferenceRequest)  # the last types decode allows
         drawn = pending[1] if pending is not None and pending[0] == req.draw_id else DrawnInputs.nothing()
-        if not isinstance(req, PairedRequest):  # the paired timing leaves the draw to the reference request after it
+        if not isinstance(req, (PairedRequest, ConditionRequest)):  # they leave the draw to the request it is for
             pending = None
         try:
             _run(chan, req, _program(cache, req), drawn)
