@@ -36,6 +36,7 @@ from musaenv.isolation.process import worker_env as process_env
 from musaenv.tasks.external import check_memory
 from musaenv.tasks.parsing import extract_candidate
 from musaenv.tasks.task import Task
+from musaenv.timing.method import timing_method
 from musaenv.toolchains.admission import admitted, run_need_mb
 from musaenv.toolchains.loader import sweep_stale_builds
 from musaenv.types import EvalResult, Stage
@@ -159,7 +160,7 @@ class LocalEvaluator:
             max_time_s=float(t.max_time_s),
             flush_bytes=int(flush) if t.flush_cache else 0,
             baseline=t.baseline,
-            paired=t.reference == "paired" and not self.backend.compile_only,
+            paired=timing_method(t.reference).gated and not self.backend.compile_only,
         )
 
     def _request(self, task: Task, source: str, plan: EvalPlan, worker: WorkerProcess) -> CandidateRequest:
@@ -377,6 +378,7 @@ class LocalEvaluator:
             log_chars=self.config.log_chars,
             static_warnings=static,
             runtime=RuntimeSettings.from_config(self.config),
+            timing=timing_method(self.config.timing.reference),
         )
         if ref is not None and ref.timing_note and result.speedup is not None:
             result = result.replace(

@@ -2,8 +2,9 @@
 
 By default the reference is timed call by call beside the candidate (paired timing, :mod:`.pairing`; started
 here by :meth:`ReferenceService.start_pairing`). With ``TimingConfig.reference="dedicated_host"`` reference
-timings are cached per (task, shape, device, host, torch version, timing settings, timing method) in memory and on
-disk, so a reference is timed once per machine, in a clean process with fixed numerics flags.
+timings are cached per (task, shape, device, host, torch version, timing settings, timing method and version:
+:attr:`~musaenv.timing.method.TimingMethod.key`) in memory and on disk, so a reference is timed once per machine,
+in a clean process with fixed numerics flags.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from musaenv.isolation.messages import (
 from musaenv.isolation.plans import TimingPlan, TrialSpec
 from musaenv.isolation.process import WorkerProcess
 from musaenv.tasks.task import Task
-from musaenv.timing.paired import TIMING_METHOD
+from musaenv.timing.method import timing_method
 from musaenv.types import TimingStats
 
 __all__ = ["RefOutputs", "ReferenceError_", "ReferenceService"]
@@ -116,6 +117,7 @@ class ReferenceService:
         self.extra_env = dict(extra_env or {})
         self.cpu_threads = cpu_threads
         self.timing = timing
+        self.method = timing_method(timing.reference)  # how the reference is timed, and the version in its key
         self.cache_dir = cache_root / "reftime"
         self.task_peaks: dict[str, float] = {}  # task source hash -> MB its reference added at its peak
         self._memo: dict[str, tuple[TimingStats, str]] = {}
@@ -135,7 +137,7 @@ class ReferenceService:
             torch_version,
             str(self.cpu_threads),
             self.timing.to_json(),
-            TIMING_METHOD,
+            self.method.key,
         ]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
@@ -145,7 +147,7 @@ class ReferenceService:
         return cached[0] if cached else None
 
     def _cached(self, task: Task, plan: EvalPlan) -> tuple[TimingStats, str] | None:
-        if self.timing.reference != "dedicated_host":
+        if not self.method.caches_reference:
             return None
         key = self._timing_key(task, plan)
         if key not in self._memo:
@@ -244,7 +246,7 @@ class ReferenceService:
     @property
     def paired(self) -> bool:
         """True when the reference is timed beside each candidate, call by call (:meth:`start_pairing`)."""
-        return self.timing.reference == "paired"
+        return self.method.gated
 
     def needs_timing(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan | None) -> bool:
         """True when :meth:`run` will time the reference (timing requested, not paired and not cached yet)."""

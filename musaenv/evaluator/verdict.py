@@ -14,8 +14,8 @@ from musaenv.evaluator.candidate import CandidateRun
 from musaenv.evaluator.cpu_watch import over_budget
 from musaenv.evaluator.plan import first_use_calls
 from musaenv.evaluator.reference import RefOutputs
-from musaenv.timing.paired import PairedSamples, fault_extra, outside_work, paired_evidence, sample_mismatch
-from musaenv.types import EvalResult, Stage, TimingStats, build_tier_of
+from musaenv.timing.method import METHODS, TimingFindings, TimingMethod
+from musaenv.types import EvalResult, Stage, build_tier_of
 from musaenv.verification.compare import compare_outputs, compare_stressed, fingerprints_agree, trivial_output_passes
 from musaenv.verification.rules import by_layer, message
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings, assess_runtime, checked_speedup
@@ -275,16 +275,17 @@ def cheating_flags(
     rt: RuntimeFindings,
     device: str,
     tol: tuple[float, float],
+    timed: TimingFindings | None = None,
 ) -> list[str]:
     """Every cheating flag of a run that produced outputs: the worker's, a timed-output mismatch (checked only
-    when every trial passed), cores over budget while timed, and the runtime findings', each once."""
+    when every trial passed), cores over budget while timed, the timing method's checks (``timed``, default those
+    of :func:`method_of` the run) and the runtime findings', each once."""
     flags = list(trials.flags)
     if trials.passed == trials.total and not timed_outputs_agree(run, ref, *tol):
         flags.append("timed_output_mismatch")
     if _cpu_overuse(run, device):
         flags.append("cpu_overuse")
-    if run.paired is not None and sample_mismatch(run.paired):
-        flags.append("timing_forged")
+    flags.extend(f for f in (timed or method_of(run).findings(run.paired)).flags if f not in flags)
     flags.extend(f for f in rt.flags if f not in flags)
     return flags
 
@@ -301,6 +302,7 @@ def judge(
     log_chars: int,
     static_warnings: Sequence[str] = (),
     runtime: RuntimeSettings | None = None,
+    timing: TimingMethod | None = None,
 ) -> EvalResult:
     """Assemble the verdict of a candidate run (``ref`` is ``None`` when the candidate never produced outputs).
 
@@ -308,8 +310,9 @@ def judge(
     (timed-output rechecks included); then ``cheating``, ``incorrect``, or ``correct`` with its timing
     (:func:`attach_timing`). ``runtime`` says how the worker's runtime reports are judged
     (:mod:`musaenv.verification.runtime`); ``None`` judges only what the worker reported with the default
-    speedup ceiling.
+    speedup ceiling. ``timing``: how the run was timed (default :func:`method_of` the run).
     """
+    method = timing or method_of(run)
     base = base_result(run, task_id, backend, device, log_chars, static_warnings)
     early = early_verdict(run, base, log_chars)
     if early is not None:
@@ -328,18 +331,26 @@ def judge(
         max_rel_error=trials.max_rel_error,
         extra={**base.extra, "runtime": rt.extra, **_stress_extra(ref, trials)},
     )
-    flags = cheating_flags(run, ref, trials, rt, device, (atol, rtol))
+    timed = method.findings(run.paired)
+    flags = cheating_flags(run, ref, trials, rt, device, (atol, rtol), timed)
     if flags:
         notes = tuple(WORKER_FLAGS.get(f, f) for f in flags if f not in rt.flags)
-        if "timing_forged" in flags and run.paired is not None:  # the evidence, for the user and for calibration
-            result = result.replace(extra={**result.extra, "timing_forged": paired_evidence(run.paired)})
-        return _finish(result, rt, run).replace(
+        result = result.replace(extra={**result.extra, **timed.extra})  # the evidence, for the user and calibration
+        return _finish(result, rt, run, timed).replace(
             stage=Stage.CHEATING, flags=tuple(flags), messages=notes + tuple(rt.messages) + trials.messages
         )
     if trials.passed < trials.total:
-        return _finish(result, rt, run).replace(stage=Stage.INCORRECT, messages=tuple(rt.messages) + trials.messages)
-    timed = attach_timing(result.replace(stage=Stage.CORRECT), run, ref, rt, settings)
-    return _finish(timed, rt, run).replace(messages=tuple(rt.messages))
+        return _finish(result, rt, run, timed).replace(
+            stage=Stage.INCORRECT, messages=tuple(rt.messages) + trials.messages
+        )
+    result = attach_timing(result.replace(stage=Stage.CORRECT), run, ref, rt, settings, method)
+    return _finish(result, rt, run, timed).replace(messages=tuple(rt.messages))
+
+
+def method_of(run: CandidateRun) -> TimingMethod:
+    """The timing method a run was measured by, read from what it holds (for callers that do not say): paired
+    when the parent clocked its calls, else the reference timed apart."""
+    return METHODS["paired"] if run.paired is not None else METHODS["dedicated_host"]
 
 
 def _stress_extra(ref: RefOutputs, trials: TrialComparison) -> dict[str, object]:
@@ -362,21 +373,24 @@ def _assess(
         return rt
 
 
-def _finish(result: EvalResult, rt: RuntimeFindings, run: CandidateRun) -> EvalResult:
-    """Add the worker's and the runtime checks' warnings (after timing, which may add some)."""
+def _finish(result: EvalResult, rt: RuntimeFindings, run: CandidateRun, timed: TimingFindings) -> EvalResult:
+    """Add the worker's, the runtime checks' and the timing checks' warnings (after timing, which may add some)."""
     warnings = list(result.warnings)
-    warnings.extend(w for w in (*run.warnings, *rt.warnings) if w not in warnings)
-    # A warning, not a verdict, until calibrated: an honest l1_sum_dim (0.6 ms calls) tripped it under CI load.
-    if run.paired is not None and outside_work(run.paired) and "timing_work_outside" not in warnings:
-        warnings.append("timing_work_outside")
+    warnings.extend(w for w in (*run.warnings, *rt.warnings, *timed.warnings) if w not in warnings)
     return result.replace(warnings=tuple(warnings), extra={**result.extra, "runtime": rt.extra})
 
 
 def attach_timing(
-    result: EvalResult, run: CandidateRun, ref: RefOutputs, rt: RuntimeFindings, settings: RuntimeSettings
+    result: EvalResult,
+    run: CandidateRun,
+    ref: RefOutputs,
+    rt: RuntimeFindings,
+    settings: RuntimeSettings,
+    method: TimingMethod | None = None,
 ) -> EvalResult:
-    """A correct result with the candidate's timing (calls on a reused input left out), the reference's, and the
-    speedup (capped by :func:`~musaenv.verification.runtime.checked_speedup` when a re-measurement disagrees)."""
+    """A correct result with the speedup as ``method`` (default :func:`method_of` the run) estimates it from the
+    calls on a fresh input, both timings, and the interval where the method has one; the speedup capped by
+    :func:`~musaenv.verification.runtime.checked_speedup` when a re-measurement disagrees (the interval with it)."""
     if run.timing is None:
         return result
     samples = [float(x) for x in run.timing[0].samples_ms]
@@ -389,55 +403,24 @@ def attach_timing(
         else:
             fresh = None
             result = result.replace(warnings=(*result.warnings, "timing_inputs_reused"))
-    if run.paired is not None:
-        return _paired_timing(result, run.paired, fresh, rt, settings, _remeasure(run))
-    stats = TimingStats.from_samples(samples)
-    speedup = None
-    if ref.timing is not None and stats.median_ms > 0:
-        speedup = ref.timing.median_ms / stats.median_ms
-        speedup = checked_speedup(speedup, ref.timing.median_ms, stats.median_ms, _remeasure(run), settings, rt)
+    est = (method or method_of(run)).estimate(samples, ref.timing, run.paired, fresh)
+    if est is None:
+        return result
+    if est.ref is not None and est.speedup is not None:
+        remeasure = _remeasure(run)
+        est = est.capped(checked_speedup(est.speedup, est.ref.median_ms, est.cand.median_ms, remeasure, settings, rt))
     return result.replace(
-        timing=stats,
-        runtime_ms=stats.median_ms,
-        ref_timing=ref.timing,
-        ref_runtime_ms=ref.timing.median_ms if ref.timing else None,
-        speedup=speedup,
+        timing=est.cand,
+        runtime_ms=est.cand.median_ms,
+        ref_timing=est.ref,
+        ref_runtime_ms=est.ref.median_ms if est.ref is not None else None,
+        speedup=est.speedup,
+        speedup_low=est.low,
+        speedup_high=est.high,
+        timing_pairs=est.pairs,
+        extra={**result.extra, **est.extra},
     )
 
 
 def _remeasure(run: CandidateRun) -> list[float]:
     return list(run.runtime.timing.remeasure_ms) if run.runtime.timing is not None else []
-
-
-def _paired_timing(
-    result: EvalResult,
-    paired: PairedSamples,
-    calls: list[int] | None,
-    rt: RuntimeFindings,
-    settings: RuntimeSettings,
-    remeasure: list[float],
-) -> EvalResult:
-    """The speedup of paired timing: the median of the per-pair ratios (calls on a fresh input only), with its
-    interval and pair count; both timings are the parent's clock (musaenv.evaluator.pairing)."""
-    idx = paired.counted(calls)
-    got = paired.speedup(idx)
-    if got is None:
-        return result
-    stats = TimingStats.from_samples([paired.cand_ms[i] for i in idx])
-    ref_stats = TimingStats.from_samples([paired.ref_ms[i] for i in idx])
-    speedup, low, high = got
-    checked = checked_speedup(speedup, ref_stats.median_ms, stats.median_ms, remeasure, settings, rt)
-    if checked is not None and checked < speedup:  # capped by a re-measurement: the interval scales with it
-        low, high = low * checked / speedup, high * checked / speedup
-        speedup = checked
-    return result.replace(
-        timing=stats,
-        runtime_ms=stats.median_ms,
-        ref_timing=ref_stats,
-        ref_runtime_ms=ref_stats.median_ms,
-        speedup=speedup,
-        speedup_low=low,
-        speedup_high=high,
-        timing_pairs=len(idx),
-        extra={**result.extra, **fault_extra(paired, calls)},
-    )

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "CONFIDENCE",
-    "TIMING_METHOD",
     "PairedSamples",
     "fault_extra",
     "median_interval",
@@ -24,9 +23,6 @@ __all__ = [
     "paired_evidence",
     "sample_mismatch",
 ]
-
-TIMING_METHOD = "paired-cpu-1"
-"""Names how reference times are measured; part of every cached reference-timing key (a change re-measures)."""
 
 CONFIDENCE = 0.95
 """Coverage of the speedup's interval (:func:`median_interval`)."""
