@@ -15,6 +15,13 @@ with ``c++filt``) and judges each:
   ``TORCH_LIBRARY``), TorchScript, the profiler's switches, ``dlopen``/``dlsym``, page protections, mappings and
   signal handlers, processes, and the Python C API's reflection (frames, globals, imports, tracing, ``sys``).
 
+The module's own instructions are read too (``objdump -d``): a system-call instruction there (``syscall``,
+``sysenter``, ``int $0x80``, ``svc #0``) reaches the kernel past every imported symbol above (a page protection,
+a fork, a file), however the source spelled it (``.byte 0x0f, 0x05`` passes the source check of
+:mod:`~musaenv.verification.static_cpp`). Compilers never emit one for C++ or CUDA host code (none in the 290
+extensions built on the development machine, honest and hostile, but the hostile ones that asked for it), so any
+is ``raw_syscall``, an error under every policy.
+
 What it does not see: calls through generic entry points every honest module imports (``PyObject_GetAttrString`` on
 a Python object, pybind11's casters), and code that reaches a function by address arithmetic from a symbol it may
 import. The runtime checks and the sandbox stay for those.
@@ -38,7 +45,7 @@ from musaenv.verification.allowlists import (
 from musaenv.verification.findings import Finding
 from musaenv.verification.libtorch_symbols import aten_op_structs, exported_c_symbols
 
-__all__ = ["binary_findings", "imported_symbols", "judge_symbol"]
+__all__ = ["binary_findings", "imported_symbols", "judge_symbol", "syscall_instructions"]
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +167,23 @@ def imported_symbols(so_path: Path) -> list[str]:
     return filt.stdout.splitlines()
 
 
+# objdump's line for one instruction: "  <address>:<tab><mnemonic> <operands>" (raw bytes left out).
+_SYSCALL_INSN = re.compile(r"^\s*[0-9a-f]+:\s+(syscall|sysenter|int\s+\$0x80|svc\s+#?0(?:x0)?)\s*$", re.MULTILINE)
+
+
+def syscall_instructions(so_path: Path) -> list[str]:
+    """The system-call instructions in ``so_path``'s executable sections, as ``"<address>: <instruction>"``.
+
+    Raises:
+        OSError: ``objdump`` missing or failing.
+    """
+    dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(so_path)], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    if dis.returncode != 0:
+        raise OSError(f"objdump failed on {so_path.name}: {dis.stderr.strip()[:300]}")
+    return [f"{m.group(0).split(':')[0].strip()}: {m.group(1)}" for m in _SYSCALL_INSN.finditer(dis.stdout)]
+
+
 @functools.lru_cache(maxsize=256)
 def _judged(so_path: str, size: int, mtime_ns: int) -> tuple[tuple[str, bool, str], ...]:
     found: dict[str, tuple[str, bool, str]] = {}
@@ -167,7 +191,9 @@ def _judged(so_path: str, size: int, mtime_ns: int) -> tuple[tuple[str, bool, st
         name = _plain_name(sym)
         verdict = judge_symbol(name)
         if verdict is not None:
-            found.setdefault(name, (verdict[0], verdict[1], name))
+            found.setdefault(name, (verdict[0], verdict[1], f"imports {name}"))
+    for insn in syscall_instructions(Path(so_path)):
+        found.setdefault(insn, ("raw_syscall", False, f"makes a system call itself ({insn})"))
     return tuple(found.values())
 
 
@@ -187,6 +213,6 @@ def binary_findings(so_path: Path, policy: str) -> list[Finding]:
         if severity is not None:
             by_flag.setdefault((flag, severity), []).append(name)
     return [
-        Finding(flag, severity, f"the built module imports {', '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))
+        Finding(flag, severity, f"the built module {'; '.join(names[:5])}" + (" ..." if len(names) > 5 else ""))
         for (flag, severity), names in by_flag.items()
     ]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import platform
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from musaenv.verification.binary_imports import _plain_name, binary_findings, imported_symbols, judge_symbol
+from musaenv.verification.binary_imports import (
+    _plain_name,
+    binary_findings,
+    imported_symbols,
+    judge_symbol,
+    syscall_instructions,
+)
 
 
 @pytest.mark.parametrize(
@@ -114,3 +121,22 @@ def test_the_op_schemas_are_read_without_torch_in_the_judging_process(tmp_path):
     for ops, imported_torch in runs:
         assert not imported_torch
         assert ops == here and ops["add_Tensor"] == "add"
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 instruction bytes")
+def test_a_system_call_instruction_is_refused_however_the_source_spelled_it(tmp_path: Path) -> None:
+    if shutil.which("gcc") is None or shutil.which("objdump") is None:
+        pytest.skip("needs gcc and binutils")
+    bodies = {
+        "bytes": 'long r; __asm__ volatile(".byte 0x0f, 0x05" : "=a"(r) : "a"(39L) : "rcx", "r11"); return r;',
+        "libc": "return (long)getpid();",  # the same call through libc: an import, no instruction of its own
+    }
+    found = {}
+    for name, body in bodies.items():
+        src, so = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
+        src.write_text(f"#include <unistd.h>\nlong f(void) {{ {body} }}\n")
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", str(src), "-o", str(so)], check=True, capture_output=True)
+        found[name] = {(f.flag, f.severity) for f in binary_findings(so, "off")}
+        if name == "bytes":
+            assert [i.split(": ")[1] for i in syscall_instructions(so)] == ["syscall"]
+    assert found == {"bytes": {("raw_syscall", "error")}, "libc": set()}
