@@ -381,7 +381,8 @@ CPP_STD_BANS: dict[str, str] = {
     **dict.fromkeys(
         ("std::fopen", "std::freopen", "std::ofstream", "std::ifstream", "std::fstream", "std::filebuf",
          "std::basic_ofstream", "std::basic_ifstream", "std::basic_fstream", "std::filesystem", "std::rename",
-         "std::tmpfile", "std::tmpnam"),
+         "std::tmpfile", "std::tmpnam", "std::basic_filebuf", "std::wfilebuf", "std::wifstream", "std::wofstream",
+         "std::wfstream", "std::experimental::filesystem"),
         "file_access",
     ),
     "std::getenv": "introspection",

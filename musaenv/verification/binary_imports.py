@@ -87,6 +87,9 @@ _ALWAYS: tuple[tuple[re.Pattern[str], str], ...] = (
      "thread_or_process"),
     (re.compile(r"^(open|open64|openat|openat64|creat|creat64|fopen|fopen64|freopen|freopen64|fdopen|unlink|"
                 r"unlinkat|rename|renameat2?|truncate|ftruncate|shm_open|memfd_create)$"), "file_access"),
+    # libstdc++'s own way into files, which no C entry point above shows (it calls open(2) from inside the library).
+    (re.compile(r"^std::(basic_filebuf::open|basic_[io]?fstream::\w+|__basic_file::(sys_)?open|"
+                r"(experimental::)?filesystem::.+)$"), "file_access"),
     (re.compile(r"^(socket|connect|bind|listen|accept4?|getaddrinfo|gethostbyname\w*|sendto|recvfrom)$"), "network"),
     (re.compile(r"^(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv|environ|__environ)$"), "introspection"),
     # The C API's reflection: frames, globals, imports, code, tracing and the interpreter's own state. (pybind11's

@@ -131,7 +131,7 @@ RULES: tuple[Rule, ...] = (
     _r("introspection", "S21 S22", "static binary", ALWAYS, "frames, globals, gc, inspect, environment or argv",
        "s21_gc_reference s22_detect_timing"),
     _r("file_access", "S14", "static binary", ALWAYS, "reading or writing files",
-       "s14_file_replay s14_cache_poison t06_stdout_claims"),
+       "s14_file_replay s14_cache_poison t06_stdout_claims b07_filebuf_file_read"),
     _r("harness_access", "S20", "static", ALWAYS, "importing the evaluation harness",
        no_candidate=_UNIT.format("test_static_safety.py")),
     _r("side_stream", "T1 T12", "static", ALWAYS, "work on another stream, or timing events",

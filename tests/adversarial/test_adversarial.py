@@ -130,6 +130,7 @@ BINARY = {
     "b04_redispatch": "monkeypatch",
     "b05_dlsym_lookup": "dynamic_code",
     "b06_raw_syscall_bytes": "raw_syscall",
+    "b07_filebuf_file_read": "file_access",
 }
 # Compiler output the candidate writes that reads like the machine's fault: it decides nothing.
 BUILD_TEXT = ("b01_disk_full_text", "b02_pch_refusal_text")

@@ -57,6 +57,10 @@ def test_a_demangled_symbol_reads_as_its_qualified_name(demangled: str, plain: s
         ("PyThreadState_GetFrame", "introspection"),
         ("PyImport_ImportModule", "introspection"),
         ("PySys_GetObject", "introspection"),
+        ("std::basic_filebuf::open", "file_access"),  # libstdc++'s file classes: open(2) called inside the library
+        ("std::basic_ofstream::basic_ofstream", "file_access"),
+        ("std::__basic_file::sys_open", "file_access"),
+        ("std::filesystem::__cxx11::directory_iterator::directory_iterator", "file_access"),
     ],
 )
 def test_what_reaches_library_compute_or_the_harness_is_refused(name: str, flag: str) -> None:
