@@ -40,6 +40,7 @@ from musaenv.config import SandboxConfig
 from musaenv.isolation.plans import TimingPlan, TrialSpec
 from musaenv.isolation.records import Message, ProtocolError, ProtocolMismatch, decode
 from musaenv.isolation.reports import Phase, RuntimeChecks, RuntimeReport, TimingReport, TrialsReport
+from musaenv.types import BuildRecord
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -93,8 +94,9 @@ __all__ = [
 # :class:`TimingReport`, every field sent) for the ``runtime`` message of a phase and its free-form body; 8: a run
 # request's trials and timing plan as records (:class:`TrialSpec`, :class:`TimingPlan`, every field sent), and its
 # runtime checks (:class:`RuntimeChecks`), its sandbox settings (a :class:`~musaenv.config.SandboxConfig`); a
-# :class:`Failure`'s stage one of :class:`FailureStage`
-PROTOCOL_VERSION = 8
+# :class:`Failure`'s stage one of :class:`FailureStage`; 9: a result's builds as :class:`~musaenv.types.BuildRecord`
+# (every field sent, refused when malformed)
+PROTOCOL_VERSION = 9
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 
@@ -201,7 +203,7 @@ class Result(Message):
     """A worker's last message of a request: its builds (candidates), warnings, and the failure if any."""
 
     TYPE: ClassVar[str] = "result"
-    builds: list[dict[str, Any]] = field(default_factory=list)
+    builds: list[BuildRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     compile_only: bool = False
     failure: Failure | None = None

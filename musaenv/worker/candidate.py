@@ -33,6 +33,7 @@ from musaenv.isolation.messages import (
     Stage,
 )
 from musaenv.timing.timers import DeviceClock, clone_args
+from musaenv.types import BuildRecord
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
 from musaenv.worker.compile_drive import drive_builds
 from musaenv.worker.failures import CandidateFailure, InputDrawError, format_exc
@@ -241,7 +242,7 @@ def _worker_hook(spec: str) -> Callable[[BuildState, CandidateRequest], Any]:
     return hook
 
 
-def _fail(chan: Channel, stage: str, log: str, builds: list[dict[str, Any]] | None = None) -> None:
+def _fail(chan: Channel, stage: str, log: str, builds: list[BuildRecord] | None = None) -> None:
     chan.send(Result(builds=builds or [], failure=Failure(FailureStage(stage), log)).to_dict())
 
 

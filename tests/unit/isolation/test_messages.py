@@ -30,6 +30,7 @@ from musaenv.isolation.messages import (
     decode,
     read_hello,
 )
+from musaenv.types import BuildRecord
 
 RUN = {"task_source": "x", "shapes": [{}], "init_seed": 1, "trials": [TrialSpec(0, 3), TrialSpec(1, 4, 2.0, 90.0)]}
 RUN |= {"timing": None, "device": "cpu", "cpu_threads": 1}
@@ -45,7 +46,7 @@ RECORDS: list[messages.Message] = [
     TrialsReport(kernel_calls=[1, 2], profile={"ok": True}, provenance=None, rewrite_note="skipped"),
     TimingReport(remeasure_ms=[0.5, 1], forward_calls=9, kernel_calls=None, global_state=["num_threads: 1 -> 4"]),
     Result(
-        builds=[{"name": "m", "ok": True, "seconds": 0.1, "cached": False}],
+        builds=[BuildRecord("m", True, 0.1, False), BuildRecord("k", False, 0.2, False, tier="nvrtc", kind="cupy")],
         failure=Failure(messages.FailureStage.INPUT_ERROR, "slow"),
     ),
     Result(),
@@ -165,3 +166,23 @@ def test_the_sandbox_settings_travel_as_the_config_and_a_bad_value_is_refused_at
     for forged in ({"address_space_mb": -1}, {"no_such_limit": 1}):
         with pytest.raises(ProtocolError, match="SandboxConfig"):
             decode({**sent, "sandbox": forged}, CandidateRequest)
+
+
+def test_a_workers_build_records_are_refused_at_decoding_when_malformed() -> None:
+    sent = Result(builds=[BuildRecord("k", True, 0.5, False, tier="nvrtc", kind="cupy")]).to_dict()
+    got = decode(sent, Result)
+    assert isinstance(got, Result) and got.builds == [BuildRecord("k", True, 0.5, False, tier="nvrtc", kind="cupy")]
+    good = sent["builds"][0]
+    forged: list[Any] = [
+        {**good, "seconds": "0.5"},  # a string is no time
+        {**good, "ok": 1},  # nor a count a flag
+        {**good, "cached": None},
+        {**good, "kind": ["cupy"]},
+        {**good, "declined": [{"tier": "pch"}]},  # a declined path without its reason
+        {**good, "surplus": 1},
+        {k: v for k, v in good.items() if k != "name"},
+        ["k", True, 0.5, False],
+    ]
+    for build in forged:
+        with pytest.raises(ProtocolError, match=r"BuildRecord|field 'builds'"):
+            decode({**sent, "builds": [build]}, Result)
