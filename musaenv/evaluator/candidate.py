@@ -78,8 +78,9 @@ class CandidateRun:
             saw a new input (:func:`musaenv.evaluator.plan.first_use_calls`).
         refused_log: Why a build was refused before any compiler ran (flags outside the allow-list): the
             verdict is then ``format_error``, whatever the worker made of the refusal.
-        answered: The build service's answer per build spec (its JSON) in this run: a spec asked for again (a
-            ``load_inline`` inside ``forward``) is answered from here, with no cache lookup or check of the module.
+        answered: The build service's answer per build spec (keyed by the spec's JSON) in this run: a spec asked for
+            again (a ``load_inline`` inside ``forward``) is answered from here, with no cache lookup or check of the
+            module.
         binary_flags: Error flags of the built modules' imports (:mod:`musaenv.verification.binary_imports`): the
             verdict is then ``cheating``, whatever the worker made of the refused build.
         binary_messages: The findings behind them (and warnings), one line each.
@@ -100,7 +101,7 @@ class CandidateRun:
     runtime: RuntimeReports = field(default_factory=RuntimeReports)
     runtime_arrays: list[np.ndarray] = field(default_factory=list)
     refused_log: str = ""
-    answered: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answered: dict[str, BuildResult] = field(default_factory=dict)
     timing_layout: tuple[int, int] | None = None
     cpu: list[PhaseUsage] = field(default_factory=list)
     cpu_budget: int = 1
@@ -173,7 +174,7 @@ def _serve_build(
             f"refused: more than {MAX_BUILDS} different extensions in one evaluation (each build's time is the "
             "harness's, not the candidate's, so their number is bounded)"
         )
-        answer = BuildResult(ok=False, name=spec.name, log=run.compile_log).to_dict()
+        answer = BuildResult(ok=False, name=spec.name, log=run.compile_log)
         _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False))
     elif answer is None:
         outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
@@ -185,9 +186,9 @@ def _serve_build(
             run.compile_log = outcome.log
             if outcome.infra_error:
                 run.infra_log = outcome.log
-        answer = run.answered[key] = outcome.to_dict()
+        answer = run.answered[key] = outcome
         _note(run, _record(outcome))
-    send(answer)
+    send(answer.to_dict())
     return time.monotonic() - t0
 
 
