@@ -43,7 +43,7 @@ from musaenv.isolation.messages import (
 )
 from musaenv.isolation.plans import TimingPlan
 from musaenv.isolation.process import WorkerProcess
-from musaenv.isolation.reports import RuntimeReports
+from musaenv.isolation.reports import RuntimeReports, SandboxState
 from musaenv.timing.paired import PairedSamples
 from musaenv.toolchains.flags import check_spec_flags
 from musaenv.toolchains.loader import BuildOutcome, BuildSpec, build_extension
@@ -97,7 +97,7 @@ class CandidateRun:
     compile_only: bool = False
     warnings: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    sandbox: dict[str, Any] = field(default_factory=dict)
+    sandbox: SandboxState | None = None
     runtime: RuntimeReports = field(default_factory=RuntimeReports)
     runtime_arrays: list[np.ndarray] = field(default_factory=list)
     refused_log: str = ""
@@ -421,7 +421,7 @@ def _drive(
                 if msg.sandbox is not None:
                     run.sandbox = msg.sandbox
                     # Without the seccomp rule that refuses self-sent stop signals, a stop may be the candidate's.
-                    clock.stops_are_own = "seccomp_signals" not in msg.sandbox.get("applied", ())
+                    clock.stops_are_own = "seccomp_signals" not in msg.sandbox.applied
             else:
                 if isinstance(msg, (Timing, Result)) or (isinstance(msg, RuntimeReport) and phase == "trials"):
                     watch.stop()  # the phase's data is here: what follows is the harness's, not the phase's

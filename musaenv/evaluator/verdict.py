@@ -192,7 +192,7 @@ def base_result(
         compiler_log=_truncate(run.compile_log, log_chars),
         extra={
             "builds": [b.to_dict() for b in run.builds],
-            "sandbox": run.sandbox,
+            "sandbox": run.sandbox.report() if run.sandbox is not None else {},
             "cpu": [u.to_dict() for u in run.cpu],
         },
     )

@@ -50,8 +50,9 @@ def _conforms(value: Any, hint: Any) -> bool:
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
         return isinstance(value, list) and all(_conforms(v, item) for v in value)
-    if origin is dict:
-        return isinstance(value, dict)
+    if origin is dict:  # JSON keys are strings; the values are checked as a list's items are
+        (_, item) = typing.get_args(hint) or (str, Any)
+        return isinstance(value, dict) and all(isinstance(k, str) and _conforms(v, item) for k, v in value.items())
     if isinstance(hint, type) and (issubclass(hint, Message) or _is_config(hint)):
         return isinstance(value, dict)
     if isinstance(hint, type) and issubclass(hint, Enum):  # a str-valued enum travels as its value
