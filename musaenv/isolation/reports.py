@@ -19,12 +19,12 @@ from typing import Any, ClassVar
 from musaenv.isolation.records import Message, ProtocolError
 
 __all__ = [
-    "GpuLayer",
     "GpuPlan",
     "KernelTimes",
     "Match",
     "OpTime",
     "Phase",
+    "PlanLayer",
     "ProfileReport",
     "ProfileRun",
     "ProvenanceReport",
@@ -270,7 +270,7 @@ class RuntimeReports:
 
 
 @dataclass(frozen=True)
-class GpuLayer(Message):
+class PlanLayer(Message):
     """One sandbox layer checked against what the GPU driver needs (:class:`musaenv.isolation.gpu_plan.Layer`)."""
 
     name: str
@@ -284,7 +284,7 @@ class GpuPlan(Message):
 
     device_memory: str
     """The device allocator's bound (:func:`musaenv.isolation.gpu_plan.limit_device_memory`)."""
-    layers: list[GpuLayer] = field(default_factory=list)
+    layers: list[PlanLayer] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

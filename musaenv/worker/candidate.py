@@ -33,7 +33,7 @@ from musaenv.isolation.messages import (
     RunRequest,
     Stage,
 )
-from musaenv.isolation.reports import GpuLayer, GpuPlan, SandboxState
+from musaenv.isolation.reports import GpuPlan, PlanLayer, SandboxState
 from musaenv.timing.timers import DeviceClock, clone_args
 from musaenv.types import BuildRecord
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
@@ -124,7 +124,7 @@ def _enter_sandbox(req: CandidateRequest) -> SandboxState:
         landlock = report.enforced("landlock_writes")
         plan = gpu_plan(cfg.address_space_mb, req.workdir, report.writable_paths, landlock, not allow_processes,
                         cfg.max_processes)  # fmt: skip
-        layers = [GpuLayer(layer.name, layer.ok, layer.detail) for layer in plan]
+        layers = [PlanLayer(layer.name, layer.ok, layer.detail) for layer in plan]
         out = dataclasses.replace(out, gpu_plan=GpuPlan(memory, layers))
     return out
 

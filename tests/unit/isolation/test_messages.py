@@ -30,7 +30,7 @@ from musaenv.isolation.messages import (
     decode,
     read_hello,
 )
-from musaenv.isolation.reports import GpuLayer, GpuPlan, KernelTimes, OpTime, ProfileReport, ProfileRun, SandboxState
+from musaenv.isolation.reports import GpuPlan, KernelTimes, OpTime, PlanLayer, ProfileReport, ProfileRun, SandboxState
 from musaenv.types import BuildRecord
 
 RUN = {"task_source": "x", "shapes": [{}], "init_seed": 1, "trials": [TrialSpec(0, 3), TrialSpec(1, 4, 2.0, 90.0)]}
@@ -47,7 +47,7 @@ RECORDS: list[messages.Message] = [
             {"netns": "unprivileged"},
             landlock_abi=3,
             timings_ms={"total": 1.5},
-            gpu_plan=GpuPlan("0.5", [GpuLayer("rlimit_as", True, "none")]),
+            gpu_plan=GpuPlan("0.5", [PlanLayer("rlimit_as", True, "none")]),
         ),
     ),
     Stage("trials"),
