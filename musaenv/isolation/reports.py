@@ -271,7 +271,8 @@ class RuntimeReports:
 
 @dataclass(frozen=True)
 class PlanLayer(Message):
-    """One sandbox layer checked against what the GPU driver needs (:class:`musaenv.isolation.gpu_plan.Layer`)."""
+    """One sandbox layer checked against what the GPU driver needs (a :class:`musaenv.isolation.gpu_plan.GpuLayer`
+    on the wire)."""
 
     name: str
     ok: bool
