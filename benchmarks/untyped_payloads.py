@@ -3,7 +3,7 @@
 "The step's path" (issue #30, item 1): the modules one ``KernelGen-v0`` step goes through from the response to the
 verdict, build service excepted (``musaenv/toolchains/``, the build spec included, is counted by its own rework):
 ``env.py``, ``types.py``, ``evaluator/``, ``isolation/messages.py`` and ``isolation/records.py`` (with the records
-beside them: ``isolation/reports.py``), ``worker/``, ``verification/runtime*.py``.
+beside them: ``isolation/reports.py``, ``plans.py``, ``probing.py``), ``worker/``, ``verification/runtime*.py``.
 
 Counted per file, outside comments: ``dict[str, Any]`` (the text, as the issue counted it with grep) and string-key
 reads, a string literal subscript ``x["key"]`` or ``.get("key"`` (stores ``x["key"] = ...`` are reads here too: the
@@ -28,6 +28,8 @@ STEP_PATH = (
     "isolation/messages.py",
     "isolation/records.py",
     "isolation/reports.py",
+    "isolation/plans.py",
+    "isolation/probing.py",
     "worker/*.py",
     "verification/runtime*.py",
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,17 +151,54 @@ class BuildRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BuildRecord:
-        """Inverse of :meth:`to_dict` (records written before tiers were recorded read with ``tier=None``)."""
-        why = tuple({"tier": str(x.get("tier", "")), "why": str(x.get("why", ""))} for x in d.get("declined") or ())
-        return cls(name=str(d.get("name", "")), ok=bool(d.get("ok")), seconds=float(d.get("seconds") or 0.0),
-                   cached=bool(d.get("cached")), tier=d.get("tier"), declined=why,
-                   kind=str(d.get("kind", "extension")))  # fmt: skip
+        """Inverse of :meth:`to_dict` (records written before tiers were recorded read with ``tier=None``).
+
+        Raises:
+            ValueError: not an object, a field it does not know or of the wrong type, or one of ``name``, ``ok``,
+                ``seconds``, ``cached`` missing (a worker's record is refused at decoding, :mod:`musaenv.isolation`).
+        """
+        problems = _build_record_problems(d)
+        if problems:
+            raise ValueError(f"not a build record: {'; '.join(problems)}")
+        why = tuple({"tier": x["tier"], "why": x["why"]} for x in d.get("declined") or ())
+        return cls(name=d["name"], ok=d["ok"], seconds=float(d["seconds"] or 0.0), cached=d["cached"],
+                   tier=d.get("tier"), declined=why, kind=d.get("kind", "extension"))  # fmt: skip
 
 
-def build_tier_of(builds: list[dict[str, Any]]) -> str | None:
+#: The fields of a :class:`BuildRecord`'s JSON and the types each may hold (``seconds``: ``None`` when not finite).
+_BUILD_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "ok": (bool,),
+    "seconds": (int, float, type(None)),
+    "cached": (bool,),
+    "tier": (str, type(None)),
+    "declined": (list, tuple),
+    "kind": (str,),
+}
+
+
+def _build_record_problems(d: object) -> list[str]:
+    """What keeps ``d`` from being a :class:`BuildRecord`'s JSON (empty: nothing)."""
+    if not isinstance(d, dict):
+        return [f"expected an object, found {type(d).__name__}"]
+    out = [f"missing {k!r}" for k in ("name", "ok", "seconds", "cached") if k not in d]
+    for key, value in d.items():
+        kinds = _BUILD_FIELDS.get(key)
+        if kinds is None:
+            out.append(f"unknown field {key!r}")
+        elif not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            out.append(f"{key!r} is {value!r:.60}")
+    declined = d.get("declined")
+    for x in declined if isinstance(declined, (list, tuple)) else ():
+        if not (isinstance(x, dict) and set(x) == {"tier", "why"} and all(isinstance(v, str) for v in x.values())):
+            out.append(f"a declined path is {x!r:.60}, expected {{'tier': str, 'why': str}}")
+    return out
+
+
+def build_tier_of(builds: Sequence[BuildRecord]) -> str | None:
     """The one tier of a candidate's builds (``EvalResult.build_tier``): ``None`` when none named one, ``mixed``
     when they took different paths."""
-    tiers = {b.get("tier") for b in builds} - {None}
+    tiers = {b.tier for b in builds} - {None}
     if not tiers:
         return None
     return str(next(iter(tiers))) if len(tiers) == 1 else "mixed"

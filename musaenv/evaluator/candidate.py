@@ -42,7 +42,7 @@ from musaenv.isolation.messages import (
 )
 from musaenv.isolation.plans import TimingPlan
 from musaenv.isolation.process import WorkerProcess
-from musaenv.isolation.reports import RuntimeReports
+from musaenv.isolation.reports import RuntimeReports, SandboxState
 from musaenv.timing.paired import PairedSamples
 from musaenv.toolchains.flags import check_spec_flags
 from musaenv.toolchains.loader import BuildOutcome, BuildSpec, build_extension
@@ -59,7 +59,7 @@ class CandidateRun:
         trials: Per-trial (arrays, dtypes, flags).
         timing: The timing message, if any, and its kept outputs.
         failure: (stage, log) when the candidate failed or the run was cut short.
-        builds: One :class:`~musaenv.types.BuildRecord` (as a dict) per different build the parent served, in request
+        builds: One :class:`~musaenv.types.BuildRecord` per different build the parent served, in request
             order, then the CuPy kernels the worker compiled: the tier and times are the parent's, not the worker's
             word.
         compile_time_s: Seconds spent building (0 on cache hits).
@@ -77,8 +77,9 @@ class CandidateRun:
             saw a new input (:func:`musaenv.evaluator.plan.first_use_calls`).
         refused_log: Why a build was refused before any compiler ran (flags outside the allow-list): the
             verdict is then ``format_error``, whatever the worker made of the refusal.
-        answered: The build service's answer per build spec (its JSON) in this run: a spec asked for again (a
-            ``load_inline`` inside ``forward``) is answered from here, with no cache lookup or check of the module.
+        answered: The build service's answer per build spec (keyed by the spec's JSON) in this run: a spec asked for
+            again (a ``load_inline`` inside ``forward``) is answered from here, with no cache lookup or check of the
+            module.
         binary_flags: Error flags of the built modules' imports (:mod:`musaenv.verification.binary_imports`): the
             verdict is then ``cheating``, whatever the worker made of the refused build.
         binary_messages: The findings behind them (and warnings), one line each.
@@ -88,18 +89,18 @@ class CandidateRun:
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
     timing: tuple[Timing, list[np.ndarray]] | None = None
     failure: tuple[str, str] | None = None
-    builds: list[dict[str, Any]] = field(default_factory=list)
+    builds: list[BuildRecord] = field(default_factory=list)
     compile_time_s: float = 0.0
     compile_log: str = ""
     infra_log: str = ""
     compile_only: bool = False
     warnings: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
-    sandbox: dict[str, Any] = field(default_factory=dict)
+    sandbox: SandboxState | None = None
     runtime: RuntimeReports = field(default_factory=RuntimeReports)
     runtime_arrays: list[np.ndarray] = field(default_factory=list)
     refused_log: str = ""
-    answered: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answered: dict[str, BuildResult] = field(default_factory=dict)
     timing_layout: tuple[int, int] | None = None
     cpu: list[PhaseUsage] = field(default_factory=list)
     cpu_budget: int = 1
@@ -156,13 +157,13 @@ def _serve_build(
         spec = BuildSpec.from_dict(msg.spec)
         spec = BuildSpec.from_dict({**spec.to_dict(), "backend": backend, "compile_only": compile_only})
     except (KeyError, TypeError, ValueError) as e:
-        _note(run, BuildRecord("", False, time.monotonic() - t0, False).to_dict())
+        _note(run, BuildRecord("", False, time.monotonic() - t0, False))
         send(BuildResult(ok=False, name="", log=f"malformed build request: {e}").to_dict())
         return time.monotonic() - t0
     problems = check_spec_flags(spec.extra_cflags, spec.extra_cuda_cflags, spec.extra_ldflags, spec.extra_include_paths)
     if problems:  # checked here, in the parent, whatever the static checks recovered: no compiler runs at all
         run.refused_log = "\n".join(p.message() for p in problems)
-        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
+        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False))
         send(BuildResult(ok=False, name=spec.name, log=run.refused_log).to_dict())
         return time.monotonic() - t0
     key = json.dumps(spec.to_dict(), sort_keys=True)
@@ -172,8 +173,8 @@ def _serve_build(
             f"refused: more than {MAX_BUILDS} different extensions in one evaluation (each build's time is the "
             "harness's, not the candidate's, so their number is bounded)"
         )
-        answer = BuildResult(ok=False, name=spec.name, log=run.compile_log).to_dict()
-        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False).to_dict())
+        answer = BuildResult(ok=False, name=spec.name, log=run.compile_log)
+        _note(run, BuildRecord(spec.name, False, time.monotonic() - t0, False))
     elif answer is None:
         outcome = build_extension(spec, timeout_s=cfg.compile_timeout_s)
         if not outcome.cached:
@@ -184,25 +185,25 @@ def _serve_build(
             run.compile_log = outcome.log
             if outcome.infra_error:
                 run.infra_log = outcome.log
-        answer = run.answered[key] = outcome.to_dict()
+        answer = run.answered[key] = outcome
         _note(run, _record(outcome))
-    send(answer)
+    send(answer.to_dict())
     return time.monotonic() - t0
 
 
-def _note(run: CandidateRun, record: dict[str, Any]) -> None:
+def _note(run: CandidateRun, record: BuildRecord) -> None:
     """Keep one build record, up to :data:`MAX_RECORDS` (a worker flooding refused requests grows no list here)."""
     if len(run.builds) < MAX_RECORDS:
         run.builds.append(record)
 
 
-def _record(outcome: BuildOutcome) -> dict[str, Any]:
+def _record(outcome: BuildOutcome) -> BuildRecord:
     """The build record of one served build: its tier and the faster paths that did not apply, as the build
     service reported them (:mod:`musaenv.toolchains.loader`)."""
     tier, declined = outcome.extra.get("tier"), outcome.extra.get("declined") or []
     return BuildRecord(outcome.name, outcome.ok, outcome.seconds, outcome.cached,
                        tier=tier if isinstance(tier, str) and tier else None,
-                       declined=tuple(d for d in declined if isinstance(d, dict))).to_dict()  # fmt: skip
+                       declined=tuple(d for d in declined if isinstance(d, dict)))  # fmt: skip
 
 
 def _judge_binary(outcome: BuildOutcome, policy: str, run: CandidateRun) -> BuildOutcome:
@@ -240,9 +241,9 @@ def _handle(msg: Trial | Timing | RuntimeReport | Result, arrays: list[np.ndarra
     else:
         # CuPy kernels are compiled in the worker (musaenv.worker.cupy_hook), not by the parent's build service: only
         # those records are the worker's; the parent recorded the builds it served itself (_serve_build).
-        cupy = [b for b in msg.builds if isinstance(b, dict) and b.get("kind") == "cupy"]
+        cupy = [b for b in msg.builds if b.kind == "cupy"]
         run.builds += cupy
-        run.compile_time_s += sum(float(b.get("seconds") or 0.0) for b in cupy)
+        run.compile_time_s += sum(b.seconds for b in cupy)
         run.warnings = list(msg.warnings)
         run.compile_only = msg.compile_only
         if msg.failure is not None:
@@ -419,7 +420,7 @@ def _drive(
                 if msg.sandbox is not None:
                     run.sandbox = msg.sandbox
                     # Without the seccomp rule that refuses self-sent stop signals, a stop may be the candidate's.
-                    clock.stops_are_own = "seccomp_signals" not in msg.sandbox.get("applied", ())
+                    clock.stops_are_own = "seccomp_signals" not in msg.sandbox.applied
             else:
                 if isinstance(msg, (Timing, Result)) or (isinstance(msg, RuntimeReport) and phase == "trials"):
                     watch.stop()  # the phase's data is here: what follows is the harness's, not the phase's

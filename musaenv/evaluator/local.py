@@ -22,7 +22,7 @@ from musaenv.backends import BackendInfo, get_backend, resolve_backend
 from musaenv.config import EvalConfig
 from musaenv.errors import ConfigError
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
-from musaenv.evaluator.memory import candidate_budget_mb, status_mb
+from musaenv.evaluator.memory import MemoryBudget, candidate_budget_mb, status_mb
 from musaenv.evaluator.pairing import RefSession
 from musaenv.evaluator.plan import EvalPlan, interpreted_config, interpreter_shapes, make_plan, plan_pool
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
@@ -117,7 +117,7 @@ class LocalEvaluator:
         )
         self._spare: WorkerProcess | None = None
         self._device_slot = device_slot
-        self._memory: dict[str, Any] = {}  # the last candidate's memory budget (reported with its result)
+        self._memory: MemoryBudget | None = None  # the last candidate's memory budget (reported with its result)
         self._broken_tasks: dict[str, str] = {}  # task source hash -> why its reference cannot run (refused once)
         self._closed = False
         sweep_stale_builds()
@@ -193,7 +193,7 @@ class LocalEvaluator:
         peak = self._reference.task_peaks.get(task.source_hash)
         budget = candidate_budget_mb(peak, status_mb(worker.pid, "VmSize"), sb.memory_factor, sb.memory_headroom_mb,
                                      sb.address_space_mb)  # fmt: skip
-        self._memory = {"address_space_mb": budget, "reference_peak_mb": None if peak is None else round(peak, 1)}
+        self._memory = MemoryBudget(budget, None if peak is None else round(peak, 1))
         return budget
 
     def _run_admission(self, task: Task) -> AbstractContextManager[float]:
@@ -204,15 +204,15 @@ class LocalEvaluator:
 
     def _memory_note(self, result: EvalResult) -> EvalResult:
         """Say plainly when a candidate that failed at run time was out of its memory budget."""
-        memory, self._memory = self._memory, {}
-        if not memory:
+        memory, self._memory = self._memory, None
+        if memory is None:
             return result
-        result = result.replace(extra={**result.extra, "memory": memory})
+        result = result.replace(extra={**result.extra, "memory": dataclasses.asdict(memory)})
         log_text = result.runtime_log or ""
         if result.stage is Stage.RUNTIME_ERROR and any(m in log_text for m in ("MemoryError", "bad_alloc")):
-            why = f"out of memory: the candidate's address space is limited to {memory['address_space_mb']} MB"
-            if memory["reference_peak_mb"] is not None:
-                why += f" (its reference's peak {memory['reference_peak_mb']} MB x {self.config.sandbox.memory_factor}"
+            why = f"out of memory: the candidate's address space is limited to {memory.address_space_mb} MB"
+            if memory.reference_peak_mb is not None:
+                why += f" (its reference's peak {memory.reference_peak_mb} MB x {self.config.sandbox.memory_factor}"
                 why += " + headroom; SandboxConfig.memory_factor)"
             result = result.replace(messages=(*result.messages, why))
         return result

@@ -18,11 +18,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from musaenv.toolchains.faults import oom_kill_count
 
-__all__ = ["PeakMeter", "candidate_budget_mb", "host_share_mb", "oom_kills", "status_mb"]
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """A candidate's memory budget, as its result reports it (``EvalResult.extra["memory"]``)."""
+
+    address_space_mb: int
+    """The worker's address-space limit (:func:`candidate_budget_mb`)."""
+    reference_peak_mb: float | None
+    """The reference's measured peak it was derived from (``None``: not measured yet)."""
+
+
+__all__ = ["MemoryBudget", "PeakMeter", "candidate_budget_mb", "host_share_mb", "oom_kills", "status_mb"]
 
 
 def status_mb(pid: int, field: str) -> float | None:

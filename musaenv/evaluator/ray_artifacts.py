@@ -13,13 +13,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from musaenv.toolchains.buildspec import BuildSpec
 from musaenv.toolchains.loadargs import LOAD_INLINE_ARGS, canonical
 
-__all__ = ["ArtifactStore", "build_names", "collect_artifacts", "extract_build_specs", "install_artifacts",
-           "run_prebuild"]  # fmt: skip
+__all__ = ["ArtifactStore", "Prebuilt", "build_names", "collect_artifacts", "extract_build_specs",
+           "install_artifacts", "run_prebuild"]  # fmt: skip
 
 _LOAD_KWARGS = tuple(a.name for a in LOAD_INLINE_ARGS)  # positional order of torch's load_inline
 
@@ -53,19 +55,17 @@ def _value(node: ast.AST, env: dict[str, Any]) -> Any:
         raise ValueError(str(e)) from None
 
 
-def extract_build_specs(code: str, backend: str) -> list[dict[str, Any]]:
+def extract_build_specs(code: str, backend: str) -> list[BuildSpec]:
     """Build specs of the ``load_inline(...)`` calls in ``code`` whose arguments are literals or module constants.
 
-    Returns :class:`~musaenv.toolchains.loader.BuildSpec` dicts; calls it cannot read are skipped (never an error).
+    Calls it cannot read are skipped (never an error).
     """
-    from musaenv.toolchains.loader import BuildSpec
-
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return []
     env = _constants(tree)
-    specs: list[dict[str, Any]] = []
+    specs: list[BuildSpec] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -76,7 +76,7 @@ def extract_build_specs(code: str, backend: str) -> list[dict[str, Any]]:
             kwargs = {k: _value(a, env) for k, a in zip(_LOAD_KWARGS, node.args)}
             kwargs.update({kw.arg: _value(kw.value, env) for kw in node.keywords if kw.arg})
             kwargs = canonical(kwargs)  # a backend's own spelling (musa_sources)
-            specs.append(BuildSpec.from_load_inline(kwargs, backend=backend).to_dict())
+            specs.append(BuildSpec.from_load_inline(kwargs, backend=backend))
         except (ValueError, TypeError, KeyError):
             continue
     return specs
@@ -106,27 +106,31 @@ def collect_artifacts(names: Sequence[str], root: Path | None = None) -> list[di
     return [a for a in out if a is not None]
 
 
-def build_names(specs: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+def build_names(specs: Sequence[BuildSpec]) -> tuple[str, ...]:
     """Content-hash module names of build specs (sorted: the key of one candidate's build set)."""
-    from musaenv.toolchains.loader import BuildSpec
-
-    return tuple(sorted({BuildSpec.from_dict(d).name for d in specs}))
+    return tuple(sorted({spec.name for spec in specs}))
 
 
-def run_prebuild(specs: list[dict[str, Any]], timeout_s: float) -> dict[str, Any]:
-    """Ray task body: build each spec in this node's cache.
+@dataclass(frozen=True)
+class Prebuilt:
+    """What a prebuild task built (:func:`run_prebuild`), shipped to the executors through the object store."""
 
-    Returns ``{"artifacts": [...], "compiled": n}``: the shippable modules (see :func:`collect_artifacts`) and how
-    many of them this call compiled (the rest were cache hits on this node).
-    """
-    from musaenv.toolchains.loader import BuildSpec, build_extension
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    """The shippable modules (:func:`collect_artifacts`: the build cache's export form)."""
+    compiled: int = 0
+    """How many of them this task compiled (the rest were cache hits on its node)."""
+
+
+def run_prebuild(specs: list[BuildSpec], timeout_s: float) -> Prebuilt:
+    """Ray task body: build each spec in this node's cache; what it built, ready to ship."""
+    from musaenv.toolchains.loader import build_extension
 
     compiled, names = 0, []
-    for d in specs:
-        res = build_extension(BuildSpec.from_dict(d), timeout_s=timeout_s)
+    for spec in specs:
+        res = build_extension(spec, timeout_s=timeout_s)
         compiled += int(not res.cached and not res.infra_error and not res.timed_out)
         names.append(res.name)
-    return {"artifacts": collect_artifacts(names), "compiled": compiled}
+    return Prebuilt(collect_artifacts(names), compiled)
 
 
 class ArtifactStore:

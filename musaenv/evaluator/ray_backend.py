@@ -54,13 +54,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from musaenv.backends import get_backend
+from musaenv.backends import BackendInfo, get_backend
 from musaenv.config import EvalConfig
 from musaenv.errors import MusaEnvError
 from musaenv.evaluator.pool import PROGRESS_MIN_BATCH, EvalRequest, request_backstop_s
 from musaenv.evaluator.progress import Progress
 from musaenv.evaluator.ray_artifacts import (
     ArtifactStore,
+    Prebuilt,
     build_names,
     collect_artifacts,
     extract_build_specs,
@@ -68,6 +69,7 @@ from musaenv.evaluator.ray_artifacts import (
     run_prebuild,
 )
 from musaenv.tasks.task import Task
+from musaenv.toolchains.buildspec import BuildSpec
 from musaenv.types import EvalResult, Stage
 
 __all__ = ["RayEvaluator", "default_request_timeout", "extract_build_specs", "install_artifacts"]
@@ -85,14 +87,15 @@ class _Executor:
 
         self.ev = LocalEvaluator(backend, EvalConfig.from_json(config_json))
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> BackendInfo:
+        """The actor's backend, with the tier its evaluator runs (the driver's ``backend`` and ``tier``)."""
         b = self.ev.backend
-        return {"backend": b.name, "device": b.device, "tier": self.ev.tier, "compile_only": b.compile_only}
+        return BackendInfo(b.name, b.device, self.ev.tier, compile_only=b.compile_only)
 
     def evaluate(self, task: Task, response: str, seed: int, shipped: Any, collect: list[str]
                  ) -> tuple[dict[str, Any], list[dict[str, Any]]]:  # fmt: skip
         """Install the shipped modules, evaluate, and return the verdict with the ``collect`` modules built here."""
-        arts = shipped.get("artifacts", []) if isinstance(shipped, dict) else shipped
+        arts = shipped.artifacts if isinstance(shipped, Prebuilt) else shipped
         install_artifacts(arts or [])
         result = self.ev.evaluate(task, response, seed=seed).to_dict()
         return result, collect_artifacts(collect) if collect else []
@@ -135,7 +138,7 @@ class _ActorPool:
         self._lock = threading.Lock()
         self._idle: queue.Queue[Any] = queue.Queue()
         self._starting: dict[Any, Any] = {}  # info() ref -> actor not known to be up yet
-        self.info: dict[str, Any] | None = None
+        self.info: BackendInfo | None = None
         for _ in range(n):
             self._add()
 
@@ -278,10 +281,7 @@ class RayEvaluator:
                 f"{ray.cluster_resources()}, an actor needs {_actor_options(backend, executor_resources)}"
             )
         self._pool.give(first)
-        from musaenv.backends import BackendInfo
-
-        info = self._pool.info
-        self.backend = BackendInfo(info["backend"], info["device"], info["tier"], compile_only=info["compile_only"])
+        self.backend = self._pool.info
         self.tier = self.backend.tier if self.config.tier == "auto" else self.config.tier
         self.max_in_flight = 2 * num_executors  # one building or waiting while one executes, per actor
         self._capacity = threading.BoundedSemaphore(self.max_in_flight)
@@ -305,7 +305,7 @@ class RayEvaluator:
         """Limit on waiting for a free actor or another request's build: two requests' worth and a start."""
         return 2 * self.request_timeout_s + self.start_timeout_s
 
-    def _specs(self, response: str) -> list[dict[str, Any]]:
+    def _specs(self, response: str) -> list[BuildSpec]:
         from musaenv.tasks.parsing import extract_candidate
 
         if self.ship == "off":
@@ -313,7 +313,7 @@ class RayEvaluator:
         code = extract_candidate(response, self.config.max_response_chars).code
         return extract_build_specs(code, self.backend.name) if code else []
 
-    def _prebuilt(self, specs: list[dict[str, Any]]) -> Any:
+    def _prebuilt(self, specs: list[BuildSpec]) -> Any:
         """Run a prebuild task (bounded wait); its reference, or ``None`` when it failed or took too long."""
         ray = self._ray
         ref = self._prebuild_fn.remote(specs, self.config.compile_timeout_s)
@@ -328,7 +328,7 @@ class RayEvaluator:
             log.warning("a prebuild failed: %s", e)
             return None
         with self._stats_lock:
-            self.stats["prebuild_compiles"] += out["compiled"]
+            self.stats["prebuild_compiles"] += out.compiled
         return ref
 
     def _run(self, req: EvalRequest) -> EvalResult:

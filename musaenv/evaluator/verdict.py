@@ -209,10 +209,14 @@ def base_result(
         device=device,
         compile_time_s=run.compile_time_s,
         warnings=tuple(dict.fromkeys([*static_warnings, *run.binary_warnings])),
-        build_cached=all(b.get("cached") for b in run.builds) if run.builds else None,
+        build_cached=all(b.cached for b in run.builds) if run.builds else None,
         build_tier=build_tier_of(run.builds),
         compiler_log=_truncate(run.compile_log, log_chars),
-        extra={"builds": run.builds, "sandbox": run.sandbox, "cpu": [u.to_dict() for u in run.cpu]},
+        extra={
+            "builds": [b.to_dict() for b in run.builds],
+            "sandbox": run.sandbox.report() if run.sandbox is not None else {},
+            "cpu": [u.to_dict() for u in run.cpu],
+        },
     )
 
 

@@ -22,9 +22,9 @@ Who sends what (candidate worker: :mod:`musaenv.worker.candidate`; reference wor
   worker :class:`TimeReady` -> parent :class:`TimeCall` -> worker :class:`TimeDone`; parent :class:`TimeEnd`
   instead of the next :class:`TimePrepare` to stop.
 
-Nested parts that another module owns and checks (a build spec: :class:`~musaenv.toolchains.buildspec.BuildSpec`;
-the profile and provenance in a runtime report: :mod:`musaenv.verification.coverage`; trial and timing plans:
-:mod:`musaenv.evaluator.plan`) travel as JSON objects whose contents those modules validate.
+A build spec (:class:`~musaenv.toolchains.buildspec.BuildSpec`, owned and checked by the build service) travels as
+a JSON object that the parent parses on receipt; every other nested part is a record (:mod:`.reports`,
+:mod:`.plans`, :class:`~musaenv.types.BuildRecord`) or a frozen config, decoded with the message.
 
 Size: every typed record that crosses the process boundary, in the one module both sides import (the protocol
 version lives with them).
@@ -39,7 +39,8 @@ from typing import Any, ClassVar
 from musaenv.config import SandboxConfig
 from musaenv.isolation.plans import TimingPlan, TrialSpec
 from musaenv.isolation.records import Message, ProtocolError, ProtocolMismatch, decode
-from musaenv.isolation.reports import Phase, RuntimeChecks, RuntimeReport, TimingReport, TrialsReport
+from musaenv.isolation.reports import Phase, RuntimeChecks, RuntimeReport, SandboxState, TimingReport, TrialsReport
+from musaenv.types import BuildRecord
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -94,9 +95,12 @@ __all__ = [
 # :class:`TimingReport`, every field sent) for the ``runtime`` message of a phase and its free-form body; 8: a run
 # request's trials and timing plan as records (:class:`TrialSpec`, :class:`TimingPlan`, every field sent), and its
 # runtime checks (:class:`RuntimeChecks`), its sandbox settings (a :class:`~musaenv.config.SandboxConfig`); a
-# :class:`Failure`'s stage one of :class:`FailureStage`; 9: a stress trial's conditioning judged on request only
-# (:class:`ConditionRequest`; a :class:`ReferenceRequest` drops only the stress trials whose outputs are not finite)
-PROTOCOL_VERSION = 9
+# :class:`Failure`'s stage one of :class:`FailureStage`; 9: a result's builds as :class:`~musaenv.types.BuildRecord`
+# (every field sent, refused when malformed), a trials report's profile and provenance as records
+# (:class:`ProfileReport`, :class:`ProvenanceReport`), the ``load`` stage's sandbox report a :class:`SandboxState`;
+# 10: a stress trial's conditioning judged on request only (:class:`ConditionRequest`; a :class:`ReferenceRequest`
+# drops only the stress trials whose outputs are not finite)
+PROTOCOL_VERSION = 10
 
 # ------------------------------------------------------------------------------------------- worker -> parent
 
@@ -131,7 +135,7 @@ class Stage(Message):
 
     TYPE: ClassVar[str] = "stage"
     name: str
-    sandbox: dict[str, Any] | None = None
+    sandbox: SandboxState | None = None
 
 
 @dataclass(frozen=True)
@@ -204,7 +208,7 @@ class Result(Message):
     """A worker's last message of a request: its builds (candidates), warnings, and the failure if any."""
 
     TYPE: ClassVar[str] = "result"
-    builds: list[dict[str, Any]] = field(default_factory=list)
+    builds: list[BuildRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     compile_only: bool = False
     failure: Failure | None = None

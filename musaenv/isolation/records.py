@@ -50,8 +50,9 @@ def _conforms(value: Any, hint: Any) -> bool:
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
         return isinstance(value, list) and all(_conforms(v, item) for v in value)
-    if origin is dict:
-        return isinstance(value, dict)
+    if origin is dict:  # JSON keys are strings; the values are checked as a list's items are
+        (_, item) = typing.get_args(hint) or (str, Any)
+        return isinstance(value, dict) and all(isinstance(k, str) and _conforms(v, item) for k, v in value.items())
     if isinstance(hint, type) and (issubclass(hint, Message) or _is_config(hint)):
         return isinstance(value, dict)
     if isinstance(hint, type) and issubclass(hint, Enum):  # a str-valued enum travels as its value
@@ -71,7 +72,7 @@ class Message:
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
             if isinstance(value, list):
-                out[f.name] = [v.to_dict() if isinstance(v, Message) else v for v in value]
+                out[f.name] = [v.to_dict() if isinstance(v, Message) or _is_config(type(v)) else v for v in value]
             else:
                 out[f.name] = value.to_dict() if isinstance(value, Message) or _is_config(type(value)) else value
         return out
@@ -122,10 +123,7 @@ def _nested(value: Any, hint: Any) -> Any:
         return nested[0].from_dict(value)
     configs = [h for h in candidates if isinstance(h, type) and _is_config(h)]
     if configs and isinstance(value, dict):
-        try:  # a frozen config validates itself (musaenv.config): its refusal is the message's
-            return typing.cast(Any, configs[0]).from_dict(value)
-        except (TypeError, ValueError) as e:
-            raise ProtocolError(f"{configs[0].__name__}: {e}") from None
+        return _config(configs[0], value)
     enums = [h for h in candidates if isinstance(h, type) and issubclass(h, Enum)]
     if enums and isinstance(value, str):
         return enums[0](value)
@@ -134,7 +132,18 @@ def _nested(value: Any, hint: Any) -> Any:
         (item,) = typing.get_args(listed[0]) or (Any,)
         if isinstance(item, type) and issubclass(item, Message):
             return [item.from_dict(v) for v in value]
+        if isinstance(item, type) and _is_config(item):
+            return [_config(item, v) for v in value]
     return value
+
+
+def _config(cls: type, value: Any) -> Any:
+    """A frozen config (or a public record of :mod:`musaenv.types`) parsed by its own ``from_dict``, which validates
+    it: its refusal is the message's."""
+    try:
+        return typing.cast(Any, cls).from_dict(value)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ProtocolError(f"{cls.__name__}: {e}") from None
 
 
 def decode(d: dict[str, Any], *allowed: type[Message]) -> Message:

@@ -28,11 +28,14 @@ forward's output computed by a torch op from forward's inputs?) and says why it 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from musaenv.verification.rules import policies_where
+
+if TYPE_CHECKING:
+    from musaenv.isolation.reports import OpTime, ProfileReport, ProfileRun, ProvenanceReport
 
 __all__ = [
     "ALLOWED_ATEN_OPS",
@@ -88,9 +91,9 @@ def is_allowed_aten_op(name: str) -> bool:
     return short in ALLOWED_ATEN_OPS or short.startswith("_cast_")
 
 
-def forbidden_ops(ops: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def forbidden_ops(ops: Sequence[OpTime]) -> list[OpTime]:
     """The profiled outermost aten ops that are compute (not in the allowlist)."""
-    return [op for op in ops if str(op.get("name", "")).startswith("aten::") and not is_allowed_aten_op(op["name"])]
+    return [op for op in ops if op.name.startswith("aten::") and not is_allowed_aten_op(op.name)]
 
 
 @dataclass(frozen=True)
@@ -137,60 +140,59 @@ class KernelCoverage:
         }
 
 
-def kernel_coverage(profile: Mapping[str, Any]) -> KernelCoverage:
+def kernel_coverage(profile: ProfileReport) -> KernelCoverage:
     """Kernel coverage of one profile report (``runtime_profile.profile_call``): the median of its runs.
 
     The report and each of its ``runs`` (more profiled forwards, under the floor's policies) give one figure each;
     the median one counts, so that one forward the host slowed down in the middle decides nothing.
     """
-    runs = [profile, *(r for r in profile.get("runs") or [] if isinstance(r, Mapping) and r.get("ok"))]
+    runs: list[ProfileRun] = [profile, *(r for r in profile.runs if r.ok)]
     figures = [_one_run(r) for r in runs]
     known = sorted((c for c in figures if c.ratio is not None), key=lambda c: c.ratio or 0.0)
     return known[(len(known) - 1) // 2] if known else figures[0]
 
 
-def _one_run(profile: Mapping[str, Any]) -> KernelCoverage:
+def _one_run(profile: ProfileRun) -> KernelCoverage:
     """Host basis: thread CPU times, of each kernel call (``kernel.cpu_us``) and of each op the recording mode saw
     (``op_cpu_us``: name -> [CPU us, CPU us inside kernel calls]). Device basis (the profile has device times):
     the device time of the kernel ranges (``kernel.device_us``) and of the profiler's outermost forbidden ops
     (``device_us``, ``kernel_device_us``)."""
-    kernel = profile.get("kernel")
-    calls = int(kernel.get("calls", 0) or 0) if isinstance(kernel, Mapping) else None
-    own = float(kernel.get("cpu_us", 0.0) or 0.0) if isinstance(kernel, Mapping) else 0.0
-    if profile.get("device_total_us"):
-        bad = forbidden_ops(profile.get("ops", []))
-        torch_us = sum(float(op.get("device_us", 0.0) or 0.0) for op in bad)
-        inside = sum(float(op.get("kernel_device_us", 0.0) or 0.0) for op in bad)
-        own = float(kernel.get("device_us", 0.0) or 0.0) if isinstance(kernel, Mapping) else 0.0
+    kernel = profile.kernel
+    calls = kernel.calls if kernel is not None else None
+    own = kernel.cpu_us if kernel is not None else 0.0
+    if profile.device_total_us:
+        bad = forbidden_ops(profile.ops)
+        torch_us = sum(op.device_us for op in bad)
+        inside = sum(op.kernel_device_us for op in bad)
+        own = kernel.device_us if kernel is not None else 0.0
         return KernelCoverage("device", max(0.0, own - inside), torch_us, calls)
-    spent = profile.get("op_cpu_us") or {}
-    bad_cpu = [v for name, v in spent.items() if str(name).startswith("aten::") and not is_allowed_aten_op(name)]
+    spent = profile.op_cpu_us
+    bad_cpu = [v for name, v in spent.items() if name.startswith("aten::") and not is_allowed_aten_op(name)]
     torch_us = sum(float(v[0]) for v in bad_cpu)
     inside = sum(float(v[1]) for v in bad_cpu)
     return KernelCoverage("host", max(0.0, own - inside), torch_us, calls)
 
 
-def torch_computed(report: Mapping[str, Any]) -> str | None:
+def torch_computed(report: ProvenanceReport) -> str | None:
     """Why the worker's provenance report says a torch op computed forward's output, or ``None`` when it did not.
 
     A forward that could not be followed (it raised under the provenance mode only, or ran more ops than the mode
     follows) counts too: otherwise failing or padding that one forward would buy the check off.
     """
-    if report.get("error"):
-        return f"the forward could not be followed op by op ({str(report['error'])[:200]})"
-    matches = [m for m in report.get("matches") or [] if isinstance(m, Mapping)]
-    if matches:
-        m = matches[0]
+    if report.error:
+        return f"the forward could not be followed op by op ({report.error[:200]})"
+    if report.matches:
+        m = report.matches[0]
         how = (
             "from forward's inputs"
-            if m.get("how") == "inputs"
+            if m.how == "inputs"
             else "again once the kernels' part of its input was replaced by the known value nearest to it (what "
             "the kernels changed did not change the answer)"
         )
         return (
-            f"output {m.get('output')} agrees on {float(m.get('share', 0.0)):.0%} of its sampled elements with what "
-            f"{m.get('op')} computed {how}: the candidate's kernels did not compute it"
+            f"output {m.output} agrees on {m.share:.0%} of its sampled elements with what "
+            f"{m.op} computed {how}: the candidate's kernels did not compute it"
         )
-    if report.get("truncated"):
-        return f"forward ran more than {report.get('max_ops')} torch ops: where its output came from was not followed"
+    if report.truncated:
+        return f"forward ran more than {report.max_ops} torch ops: where its output came from was not followed"
     return None

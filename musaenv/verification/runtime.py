@@ -29,14 +29,21 @@ docs/verification.md lists each defence with its limits.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from musaenv.config import EvalConfig
-from musaenv.isolation.reports import RuntimeChecks, RuntimeReport, RuntimeReports, TimingReport, TrialsReport
+from musaenv.isolation.reports import (
+    ProfileReport,
+    RuntimeChecks,
+    RuntimeReport,
+    RuntimeReports,
+    TimingReport,
+    TrialsReport,
+)
 from musaenv.verification.compare import compare_outputs
 from musaenv.verification.coverage import (
     ALLOWED_ATEN_OPS,
@@ -118,27 +125,25 @@ class RuntimeFindings:
             self.messages.append(f"{'error' if error else 'warning'}: {RUNTIME_FLAGS.get(flag, flag)}: {detail}")
 
 
-def _profile_findings(profile: Mapping[str, Any], policy: str, out: RuntimeFindings) -> None:
-    if not profile.get("ok"):
+def _profile_findings(profile: ProfileReport, policy: str, out: RuntimeFindings) -> None:
+    if not profile.ok:
         # It worked before the candidate loaded, so the candidate broke it: an error under every profiled policy,
         # or switching the profiler off would also switch off the kernel-coverage floor.
         out.add(
             "profile_unavailable",
-            str(profile.get("error", "no profile"))[:300],
-            error=bool(profile.get("preflight_ok")),
+            (profile.error or "no profile")[:300],
+            error=profile.preflight_ok,
         )
         return
-    bad = forbidden_ops(profile.get("ops", []))
+    bad = forbidden_ops(profile.ops)
     cov = kernel_coverage(profile)
     out.extra["coverage"] = cov.to_dict()
-    out.extra["forbidden_ops"] = sorted({str(op["name"]) for op in bad})
+    out.extra["forbidden_ops"] = sorted({op.name for op in bad})
     # Ops that reached the dispatcher (the recording mode saw them) but left no profiler event at all: RecordFunction
     # was switched off around them. Allowed composite ops are explained by their own events, so only these count.
-    seen = set(profile.get("seen", []))
+    seen = set(profile.seen)
     hidden = sorted(
-        n
-        for n in profile.get("dispatched", [])
-        if n.startswith("aten::") and not is_allowed_aten_op(n) and n not in seen
+        n for n in profile.dispatched if n.startswith("aten::") and not is_allowed_aten_op(n) and n not in seen
     )
     out.extra["hidden_ops"] = hidden
     if bad or hidden:
@@ -336,7 +341,7 @@ def assess_runtime(
         _profile_findings(trials.profile, settings.policy, out)
     why = torch_computed(trials.provenance) if settings.policy != "off" and trials.provenance else None
     if trials.provenance:
-        out.extra["provenance"] = dict(trials.provenance)
+        out.extra["provenance"] = trials.provenance.to_dict()
     if why is not None:
         out.add("torch_computed_output", why, error=settings.policy in PROVENANCE_POLICIES)
     if settings.checks:

@@ -12,19 +12,22 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from musaenv.isolation import proctree
-from musaenv.isolation.reports import RuntimeChecks, Tampered, Threads, TimingReport, TrialsReport
+from musaenv.isolation import proctree, reports
+from musaenv.isolation.reports import RuntimeChecks, RuntimeReport, Tampered, Threads, TimingReport, TrialsReport
 from musaenv.verification.coverage import FLOOR_POLICIES, is_allowed_aten_op
 from musaenv.verification.runtime_perturb import Perturber, storage_key, tensors_in
 from musaenv.verification.runtime_profile import KernelTime, profile_call
 from musaenv.verification.runtime_provenance import Provenance
 
 __all__ = ["RuntimeGuard", "global_state", "thread_count", "watch_targets"]
+
+R = TypeVar("R", bound=RuntimeReport)
 
 # Bound at import, before any candidate code runs: replacing time.perf_counter_ns later does not reach these.
 _PERF_NS = time.perf_counter_ns
@@ -158,7 +161,7 @@ class RuntimeGuard:
         self._state = global_state()
         if self.checks or self.policy != "off":
             self._warm()
-        self.preflight_ok = self.policy != "off" and bool(profile_call(self._tiny_op, device)[1].get("ok"))
+        self.preflight_ok = self.policy != "off" and profile_call(self._tiny_op, device)[1].ok
         self.thread_base = thread_count()
         self.max_threads = self.thread_base
         self.trial_calls: list[int] = []
@@ -208,11 +211,12 @@ class RuntimeGuard:
         out["harness"] += [f"the dispatcher's kernels for {op}" for op, table in now.items() if table != self._ops[op]]
         return out
 
-    def _facts(self) -> dict[str, Any]:
-        """The fields of :class:`~musaenv.isolation.reports.RuntimeReport` both phases carry, as keyword arguments."""
+    def _with_facts(self, report: R) -> R:
+        """``report`` with the fields both phases carry (:class:`RuntimeReport`'s), as observed now."""
         self._observe_threads()
         now = global_state()
-        return dict(
+        return replace(
+            report,
             device_type=self.device.type,
             threads=Threads(self.thread_base, self.max_threads, self._core_overuse()),
             global_state=[f"{k}: {v} -> {now[k]}" for k, v in self._state.items() if now.get(k) != v],
@@ -240,34 +244,35 @@ class RuntimeGuard:
         self._poison(self.first_out_bytes if self.checks else ())
         args = make_args()
         mark = self.calls.count
-        profile: dict[str, Any] | None = None
+        profile: reports.ProfileReport | None = None
         with torch.no_grad():
             if self.policy != "off":
                 outs, profile = self._profiled(lambda: model(*args))
             else:
                 outs = model(*args)
         self._sync()
-        fields: dict[str, Any] = dict(repeat_calls=self.calls.count - mark)
+        repeat_calls = self.calls.count - mark
         if profile is not None and self.policy in FLOOR_POLICIES:
-            profile["runs"] = self._coverage_runs(model, make_args)
+            profile = replace(profile, runs=self._coverage_runs(model, make_args))
+        report = TrialsReport(profile=profile, repeat_calls=repeat_calls)
         if self.policy != "off" and _torch_compute_seen(profile):
-            fields.update(provenance=self._provenance(model, make_args))
+            report = replace(report, provenance=self._provenance(model, make_args))
         arrays: list[Any] = []
         if self.checks:
             arrays = [to_array(t) for t in _flat_outputs(outs)]
             pert, note = self._perturbed(model, make_args, to_array)
-            fields.update(repeat_outputs=len(arrays), perturb_outputs=len(pert), perturb_note=note)
+            report = replace(report, repeat_outputs=len(arrays), perturb_outputs=len(pert), perturb_note=note)
             arrays.extend(pert)
             if rewrite is not None:
                 again, note = self._rewritten(model, make_args, rewrite[1], to_array)
                 arrays.extend(again)
-                fields.update(
-                    rewrite_outputs=len(again) // 2, rewrite_calls=2, rewrite_trial=rewrite[0], rewrite_note=note
-                )
-            fields.update(kernel_calls=list(self.trial_calls) if self.count_calls else None, **self._facts())
-        return TrialsReport(profile=profile, **fields), arrays
+                n, later = len(again) // 2, rewrite[0]
+                report = replace(report, rewrite_outputs=n, rewrite_calls=2, rewrite_trial=later, rewrite_note=note)
+            counted = list(self.trial_calls) if self.count_calls else None
+            report = self._with_facts(replace(report, kernel_calls=counted))
+        return report, arrays
 
-    def _profiled(self, call: Callable[[], Any]) -> tuple[Any, dict[str, Any]]:
+    def _profiled(self, call: Callable[[], Any]) -> tuple[Any, reports.ProfileReport]:
         """``call`` profiled, every call into the candidate's kernels timed (:class:`KernelTime`)."""
         kernels = KernelTime(self.span)
         self.calls.span = kernels
@@ -275,10 +280,9 @@ class RuntimeGuard:
             outs, profile = profile_call(call, self.device, kernels)
         finally:
             self.calls.span = None
-        profile["preflight_ok"] = self.preflight_ok
-        return outs, profile
+        return outs, replace(profile, preflight_ok=self.preflight_ok)
 
-    def _coverage_runs(self, model: Any, make_args: Callable[[], list[Any]]) -> list[dict[str, Any]]:
+    def _coverage_runs(self, model: Any, make_args: Callable[[], list[Any]]) -> list[reports.ProfileRun]:
         """More profiled forwards for the kernel-coverage floor (the parent takes the median run)."""
         runs = []
         for _ in range(COVERAGE_RUNS - 1):
@@ -286,10 +290,10 @@ class RuntimeGuard:
             with torch.no_grad():
                 _, profile = self._profiled(lambda a=args: model(*a))  # type: ignore[misc]
             self._sync()
-            runs.append({k: profile.get(k) for k in ("ok", "kernel", "op_cpu_us", "ops", "device_total_us")})
+            runs.append(profile.coverage_run())
         return runs
 
-    def _provenance(self, model: Any, make_args: Callable[[], list[Any]]) -> dict[str, Any]:
+    def _provenance(self, model: Any, make_args: Callable[[], list[Any]]) -> reports.ProvenanceReport:
         """One more forward of trial 1 under :class:`Provenance`: which torch op, if any, computed the output."""
         args = make_args()
         weights = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
@@ -299,9 +303,9 @@ class RuntimeGuard:
             with torch.no_grad(), mode:
                 outs = model(*args)
             self._sync()
-            return {**mode.report(_flat_outputs(outs)), "wall_ms": round((_PERF_NS() - t0) / 1e6, 3)}
+            return mode.report(_flat_outputs(outs), wall_ms=round((_PERF_NS() - t0) / 1e6, 3))
         except Exception as e:  # it ran before without the mode: reported, and judged in the parent
-            return {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            return reports.ProvenanceReport(error=f"{type(e).__name__}: {str(e)[:300]}")
 
     def _perturbed(
         self, model: Any, make_args: Callable[[], list[Any]], to_array: Callable[..., Any]
@@ -359,11 +363,12 @@ class RuntimeGuard:
         if not self.checks:
             return None
         samples = self._remeasure(model, pool, flush_bytes, min(REMEASURE_CALLS, max(repeats, 1)))
-        return TimingReport(
-            remeasure_ms=samples,
-            forward_calls=timed_calls + len(samples),
-            kernel_calls=(self.calls.count - self._mark) if self.count_calls else None,
-            **self._facts(),
+        return self._with_facts(
+            TimingReport(
+                remeasure_ms=samples,
+                forward_calls=timed_calls + len(samples),
+                kernel_calls=(self.calls.count - self._mark) if self.count_calls else None,
+            )
         )
 
     def _remeasure(self, model: Any, pool: Sequence[Sequence[Any]], flush_bytes: int, n: int) -> list[float]:
@@ -383,11 +388,11 @@ class RuntimeGuard:
         return samples
 
 
-def _torch_compute_seen(profile: Mapping[str, Any] | None) -> bool:
+def _torch_compute_seen(profile: reports.ProfileReport | None) -> bool:
     """Whether the profiled forward dispatched aten compute outside the plumbing allowlist (or could not say)."""
-    if not profile or not profile.get("ok"):
+    if profile is None or not profile.ok:
         return True
-    return any(str(n).startswith("aten::") and not is_allowed_aten_op(str(n)) for n in profile.get("dispatched", []))
+    return any(n.startswith("aten::") and not is_allowed_aten_op(n) for n in profile.dispatched)
 
 
 def _flat_outputs(out: Any) -> list[torch.Tensor]:

@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from musaenv.isolation.reports import KernelTimes, OpTime, ProfileReport
 
 __all__ = ["KernelTime", "profile_call"]
 
@@ -42,14 +44,21 @@ def _ancestors(event: Any) -> Iterator[Any]:
         parent = getattr(parent, "cpu_parent", None)
 
 
-def _summarise(events: Sequence[Any], span: str | None = None) -> dict[str, Any]:
+class _Summary(NamedTuple):
+    ops: list[OpTime]
+    other_ops: list[str]
+    device_total_us: float | None
+    kernel_device_us: float
+
+
+def _summarise(events: Sequence[Any], span: str | None = None) -> _Summary:
     """Outermost aten ops (no aten ancestor: their children are implementation details) and other named ops.
 
     ``span`` names the range put around each kernel call (:class:`KernelTime`): the device time of the outermost
     such ranges is ``kernel_device_us``, and each aten op's device time inside one is kept apart (its
     ``kernel_device_us``) so that the parent can take torch compute the kernels called out of the kernels' time.
     """
-    ops: dict[str, dict[str, Any]] = {}
+    ops: dict[str, list[float]] = {}  # name -> [count, CPU us, device us, device us inside kernel calls]
     other: set[str] = set()
     device_total = kernel_device = 0.0
     for e in events:
@@ -66,18 +75,14 @@ def _summarise(events: Sequence[Any], span: str | None = None) -> dict[str, Any]
             continue
         if any(n.startswith("aten::") for n in names):
             continue
-        op = ops.setdefault(name, {"name": name, "count": 0, "cpu_us": 0.0, "device_us": 0.0, "kernel_device_us": 0.0})
-        op["count"] += 1
-        op["cpu_us"] += float(e.cpu_time_total)
-        op["device_us"] += device_us
+        op = ops.setdefault(name, [0, 0.0, 0.0, 0.0])
+        op[0] += 1
+        op[1] += float(e.cpu_time_total)
+        op[2] += device_us
         if span is not None and span in names:
-            op["kernel_device_us"] += device_us
-    return {
-        "ops": list(ops.values()),
-        "other_ops": sorted(other),
-        "device_total_us": device_total or None,
-        "kernel_device_us": kernel_device,
-    }
+            op[3] += device_us
+    times = [OpTime(name, int(n), cpu, dev, inside) for name, (n, cpu, dev, inside) in ops.items()]
+    return _Summary(times, sorted(other), device_total or None, kernel_device)
 
 
 class _OpRecorder(TorchDispatchMode):
@@ -148,7 +153,7 @@ class KernelTime:
 
 def profile_call(
     fn: Callable[[], Any], device: torch.device, kernels: KernelTime | None = None
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, ProfileReport]:
     """Run ``fn`` under the autograd profiler (CPU; CUDA activity too on a CUDA device) and an op-recording mode.
 
     Uses :class:`torch.autograd.profiler.profile` rather than :mod:`torch.profiler`, whose first use imports
@@ -163,10 +168,8 @@ def profile_call(
             or ``None`` when kernel calls are not timed.
 
     Returns:
-        ``fn``'s result and a JSON-safe report (``ok``, ``wall_us``, ``ops``, ``other_ops``, ``device_total_us``,
-        ``kernel``: calls, CPU time and device time inside the candidate's kernels (``None`` without
-        ``kernels``), ``op_cpu_us``: the CPU time of every op the mode saw, ``seen``: every event name but the
-        kernel range's, ``dispatched``: every op the mode saw).
+        ``fn``'s result and its :class:`~musaenv.isolation.reports.ProfileReport` (``kernel``: calls, CPU time and
+        device time inside the candidate's kernels, ``None`` without ``kernels``).
     """
     from torch.autograd import profiler
 
@@ -177,8 +180,7 @@ def profile_call(
         prof = profiler.profile(**kwargs)
         prof.__enter__()
     except Exception as e:  # profiler busy (the candidate started one) or unsupported build
-        report: dict[str, Any] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
-        return fn(), report
+        return fn(), ProfileReport(ok=False, error=f"{type(e).__name__}: {e}")
     recorder = _OpRecorder()
     span = None if kernels is None else kernels.name
     if kernels is not None:
@@ -192,15 +194,19 @@ def profile_call(
         prof.__exit__(None, None, None)
     try:
         events = list(prof.function_events)
-        report = {"ok": True, "wall_us": wall_us, **_summarise(events, span), "dispatched": sorted(recorder.names)}
-        report["seen"] = sorted({str(e.name) for e in events} - {span})
-        report["op_cpu_us"] = recorder.cpu_report()
-        device_us = report.pop("kernel_device_us")
-        report["kernel"] = None if kernels is None else _kernel_report(kernels, device_us)
+        summary = _summarise(events, span)
+        kernel = None if kernels is None else KernelTimes(kernels.calls, kernels.cpu_ns / 1e3, summary.kernel_device_us)
+        report = ProfileReport(
+            ok=True,
+            kernel=kernel,
+            op_cpu_us=recorder.cpu_report(),
+            ops=summary.ops,
+            device_total_us=summary.device_total_us,
+            wall_us=wall_us,
+            other_ops=summary.other_ops,
+            seen=sorted({str(e.name) for e in events} - {span}),
+            dispatched=sorted(recorder.names),
+        )
     except Exception as e:  # malformed event tree: report, do not guess
-        report = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        report = ProfileReport(ok=False, error=f"{type(e).__name__}: {e}")
     return result, report
-
-
-def _kernel_report(kernels: KernelTime, device_us: float) -> dict[str, Any]:
-    return {"calls": kernels.calls, "cpu_us": kernels.cpu_ns / 1e3, "device_us": device_us}

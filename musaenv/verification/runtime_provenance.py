@@ -43,6 +43,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from musaenv.isolation.reports import Match, ProvenanceReport
 from musaenv.verification.coverage import is_allowed_aten_op
 from musaenv.verification.runtime_perturb import tensors_in
 
@@ -258,35 +259,36 @@ class Provenance(TorchDispatchMode):
             self.forbidden.append(op)
         return out
 
-    def report(self, outputs: Sequence[torch.Tensor]) -> dict[str, Any]:
+    def report(self, outputs: Sequence[torch.Tensor], wall_ms: float | None = None) -> ProvenanceReport:
         """Facts for the parent: ops followed, forbidden ops, and each output a forbidden op computed."""
-        matches: list[dict[str, Any]] = []
+        matches: list[Match] = []
         for k, o in enumerate(outputs):
             sig = self._signature(o) if _usable(o) else None
             if sig is not None:
-                found = self._computed_by(sig)
+                found = self._computed_by(k, sig)
                 if found is not None:
-                    matches.append({"output": k, **found})
-        return {
-            "ops": self.ops,
-            "truncated": self.truncated,
-            "max_ops": MAX_OPS,
-            "forbidden": len(self.forbidden),
-            "from_inputs": sum(op.from_known for op in self.forbidden),
-            "matches": matches,
-        }
+                    matches.append(found)
+        return ProvenanceReport(
+            ops=self.ops,
+            truncated=self.truncated,
+            max_ops=MAX_OPS,
+            forbidden=len(self.forbidden),
+            from_inputs=sum(op.from_known for op in self.forbidden),
+            matches=matches,
+            wall_ms=wall_ms,
+        )
 
-    def _computed_by(self, out: Signature) -> dict[str, Any] | None:
+    def _computed_by(self, output: int, out: Signature) -> Match | None:
         atol, rtol = 2 * self.atol, 2 * self.rtol  # the output and torch's each within the tolerance of the answer
         for op in reversed(self.forbidden):  # the latest op first: the one nearest the output
             share = _share(out, op.outputs, atol, rtol)
             if share < OUTPUT_SHARE:
                 continue
             if op.from_known:
-                return {"op": op.name, "share": round(share, 4), "how": "inputs"}
+                return Match(output, op.name, round(share, 4), "inputs")
             again = self._replayed(op)
             if again is not None and _share(out, again, atol, rtol) >= OUTPUT_SHARE:
-                return {"op": op.name, "share": round(share, 4), "how": "replay"}
+                return Match(output, op.name, round(share, 4), "replay")
         return None
 
     def _replayed(self, op: _Op) -> list[Signature | None] | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import os
 import sys
@@ -32,7 +33,9 @@ from musaenv.isolation.messages import (
     RunRequest,
     Stage,
 )
+from musaenv.isolation.reports import GpuPlan, PlanLayer, SandboxState
 from musaenv.timing.timers import DeviceClock, clone_args
+from musaenv.types import BuildRecord
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
 from musaenv.worker.compile_drive import drive_builds
 from musaenv.worker.failures import CandidateFailure, InputDrawError, format_exc
@@ -104,24 +107,25 @@ def _runtime_extras(
         chan.send(report.to_dict(), arrays)
 
 
-def _enter_sandbox(req: CandidateRequest) -> dict[str, Any]:
+def _enter_sandbox(req: CandidateRequest) -> SandboxState:
     try:
         from musaenv.isolation.sandbox import enter_sandbox
     except ImportError as e:  # sandbox module unavailable: say so, never pretend
-        return {"applied": [], "missing": [f"sandbox unavailable: {e}"]}
+        return SandboxState(missing=[f"sandbox unavailable: {e}"])
     # Triton on a GPU launches ptxas as a subprocess from the process that runs the kernel.
     allow_processes = req.allow_processes
     cfg = req.sandbox
     memory = _device_memory(req.device, cfg.device_memory_fraction)
     report = enter_sandbox(cfg, Path(req.workdir), block_processes=not allow_processes, block_exec=not allow_processes)
-    out = dict(report.to_dict())
+    out = SandboxState.from_dict({**report.to_dict(), "gpu_plan": None, "missing": []})  # checks the two agree
     if memory is not None:  # the GPU plan, layer by layer, as this worker got it (musaenv.isolation.gpu_plan)
         from musaenv.isolation.gpu_plan import gpu_plan
 
         landlock = report.enforced("landlock_writes")
         plan = gpu_plan(cfg.address_space_mb, req.workdir, report.writable_paths, landlock, not allow_processes,
                         cfg.max_processes)  # fmt: skip
-        out["gpu_plan"] = {"device_memory": memory, "layers": [layer.to_dict() for layer in plan]}
+        layers = [PlanLayer(layer.name, layer.ok, layer.detail) for layer in plan]
+        out = dataclasses.replace(out, gpu_plan=GpuPlan(memory, layers))
     return out
 
 
@@ -241,7 +245,7 @@ def _worker_hook(spec: str) -> Callable[[BuildState, CandidateRequest], Any]:
     return hook
 
 
-def _fail(chan: Channel, stage: str, log: str, builds: list[dict[str, Any]] | None = None) -> None:
+def _fail(chan: Channel, stage: str, log: str, builds: list[BuildRecord] | None = None) -> None:
     chan.send(Result(builds=builds or [], failure=Failure(FailureStage(stage), log)).to_dict())
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from musaenv.isolation.messages import CandidateRequest
+from musaenv.types import BuildRecord
 from musaenv.worker.failures import format_exc
 from musaenv.worker.loader_hook import BuildFailedError, BuildState, WorkerHookError
 
@@ -109,8 +110,7 @@ def _compile_check(state: BuildState, obj: Any, what: str, compile_only: bool, n
         except cupy.cuda.compiler.CompileException as e:
             ok, log = False, str(e)
     seconds = round(time.perf_counter() - start, 4)
-    state.builds.append({"name": what, "ok": ok, "seconds": seconds, "cached": False, "tier": "nvrtc",
-                         "declined": [], "kind": "cupy"})  # fmt: skip
+    state.builds.append(BuildRecord(what, ok, seconds, False, tier="nvrtc", kind="cupy"))
     if not ok:
         state.failed.append(log)
         raise BuildFailedError(f"compiling CuPy {what} failed:\n{log}")

@@ -27,6 +27,7 @@ from musaenv.isolation.channel import Channel
 from musaenv.isolation.messages import BuildRequest, BuildResult
 from musaenv.toolchains.buildspec import BuildSpec
 from musaenv.toolchains.loadargs import canonical
+from musaenv.types import BuildRecord
 
 __all__ = [
     "BuildFailedError",
@@ -132,7 +133,7 @@ class BuildState:
     chan: Channel
     backend: str
     compile_only: bool
-    builds: list[dict[str, Any]] = field(default_factory=list)
+    builds: list[BuildRecord] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     calls: KernelCalls = field(default_factory=KernelCalls)
 
@@ -201,7 +202,7 @@ def _build(state: BuildState, kwargs: dict[str, Any]) -> types.ModuleType:
     name = kwargs.get("name")
     spec = BuildSpec.from_load_inline(kwargs, backend=state.backend, compile_only=state.compile_only)
     reply = state.request(spec)
-    state.builds.append({"name": reply.name, "ok": reply.ok, "seconds": reply.seconds, "cached": reply.cached})
+    state.builds.append(BuildRecord(reply.name, reply.ok, reply.seconds, reply.cached))
     if not reply.ok:
         state.failed.append(reply.log)
         raise BuildFailedError(f"building extension {name!r} failed:\n{reply.log}")

@@ -10,6 +10,9 @@ prints goes to stderr, so it cannot corrupt a reply). Requests:
   FLOP count come back), then, with ``real``, for real on the CPU, timing ``repeats`` forwards on one thread. With
   ``source`` that program is executed fresh for this check instead (the program as shown for the shape).
 
+Both are records (:mod:`musaenv.isolation.probing`): a request is decoded strictly (a malformed one is answered as
+a ``load`` error) and the reply is filled as the check measures, sent with what it did not measure left out.
+
 An alarm on this process's CPU time interrupts a check after ``limit_s`` CPU seconds (Python-level loops such as
 a meta-device LSTM stop at once; one long native call stops when it returns), so a busy host, which slows a check
 without making it cost more, does not turn an accepted shape into a timeout; a check that hangs without using the
@@ -32,11 +35,11 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from musaenv.isolation.probing import ProbeReply, ProbeRequest
 from musaenv.worker.harness import ProgramModule, flatten_outputs, load_program
 
 __all__ = ["main"]
 
-META_LIMIT_S = 2.5  # default of a request's meta_limit_s (musaenv.tasks.derive.META_LIMIT_S says why)
 _META_HINTS = ("meta", "data-dependent", "not implemented for", "NotImplementedError", "item()")
 
 
@@ -116,36 +119,37 @@ def _meta_model(model_cls: Any, init: list[Any]) -> Any:
         return model_cls(*init).to("meta")
 
 
-def _meta(program: ProgramModule, shape: dict[str, Any], out: dict[str, Any], meta_limit_s: float) -> None:
+def _meta(program: ProgramModule, req: ProbeRequest, out: ProbeReply) -> None:
     """Build, draw and run on the meta device, filling ``out`` as it goes: sizes and bytes, nothing allocated."""
-    program.apply_shape(shape)
+    program.apply_shape(req.shape)
     mod = program.module
     with torch.device("meta"), torch.no_grad():
         init = _stage("get_init_inputs", lambda: list(mod.get_init_inputs()))
         model = _stage("Model", lambda: _meta_model(mod.Model, init))
         state = [list(t.shape) for t in model.state_dict().values() if isinstance(t, torch.Tensor)]
-        out["state_bytes"] = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        out.state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         inputs = _stage("get_inputs", lambda: list(mod.get_inputs()))
-        out["inputs"], out["input_bytes"] = _describe(inputs)
-        out["state"] = state
-        with FlopCounterMode(display=False) as counter, _cpu_alarm(meta_limit_s):
+        out.inputs, out.input_bytes = _describe(inputs)
+        out.state = state
+        with FlopCounterMode(display=False) as counter, _cpu_alarm(req.meta_limit_s):
             result = _stage("forward", model, *inputs)
-        out["outputs"], out["output_bytes"] = _describe(flatten_outputs(result))
-        out["flops"] = int(counter.get_total_flops())
+        out.outputs, out.output_bytes = _describe(flatten_outputs(result))
+        out.flops = int(counter.get_total_flops())
 
 
-def _real(program: ProgramModule, shape: dict[str, Any], repeats: int) -> dict[str, Any]:
+def _real(program: ProgramModule, req: ProbeRequest, out: ProbeReply) -> None:
     """Build, draw and run for real on the CPU; the fastest of ``repeats`` forwards after one warm-up.
 
     Timed in CPU seconds of this thread (torch runs on one thread here), so a busy host, which delays the forward
     but does not make it cost more, does not change which shapes a file gets; wall time is reported beside it.
+    ``out`` is filled only once the run succeeded.
     """
     mod = program.module
-    model = _stage("Model", program.build_model, mod.Model, shape, 0, torch.device("cpu"))
+    model = _stage("Model", program.build_model, mod.Model, req.shape, 0, torch.device("cpu"))
     inputs = _stage("get_inputs", program.inputs, 1)
     times, walls = [], []
     with torch.no_grad():
-        for _ in range(1 + max(1, repeats)):
+        for _ in range(1 + max(1, req.repeats)):
             t0, w0 = time.thread_time(), time.perf_counter()
             result = _stage("forward", model, *inputs)
             times.append(time.thread_time() - t0)
@@ -154,13 +158,8 @@ def _real(program: ProgramModule, shape: dict[str, Any], repeats: int) -> dict[s
     for i, o in enumerate(outputs):
         if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel() and not torch.isfinite(o).any():
             raise _StageError("forward", ValueError(f"output {i} has no finite value"))
-    desc, nbytes = _describe(outputs)
-    return {
-        "outputs": desc,
-        "output_bytes": nbytes,
-        "forward_ms": 1000.0 * min(times[1:]),
-        "forward_wall_ms": 1000.0 * min(walls[1:]),
-    }
+    out.outputs, out.output_bytes = _describe(outputs)
+    out.forward_ms, out.forward_wall_ms = 1000.0 * min(times[1:]), 1000.0 * min(walls[1:])
 
 
 def _looks_meta_only(e: _StageError) -> bool:
@@ -168,35 +167,34 @@ def _looks_meta_only(e: _StageError) -> bool:
     return e.stage == "forward" and any(h in text for h in _META_HINTS)
 
 
-def check(program: ProgramModule, req: dict[str, Any]) -> dict[str, Any]:
+def check(program: ProgramModule, req: ProbeRequest) -> ProbeReply:
     """One shape: meta first, then (if asked, and small enough) for real. Never raises for a bad shape."""
-    shape = dict(req.get("shape") or {})
-    reply: dict[str, Any] = {"ok": False}
+    reply = ProbeReply()
     try:
-        with _alarm(float(req.get("limit_s", 10.0))):
+        with _alarm(req.limit_s):
             try:
-                _meta(program, shape, reply, float(req.get("meta_limit_s", META_LIMIT_S)))
-                reply["validated"] = "meta"
+                _meta(program, req, reply)
+                reply.validated = "meta"
             except _MetaSlow as e:  # outputs unknown; a real run (when asked for, and small enough) measures them
-                if not req.get("real"):
-                    return {**reply, "error": str(e), "kind": "meta_slow"}
-                reply["meta_unsupported"] = str(e)
+                if not req.real:
+                    return reply.failed(str(e), "meta_slow")
+                reply.meta_unsupported = str(e)
             except _StageError as e:
-                if not _looks_meta_only(e) or "input_bytes" not in reply:
-                    return {**reply, "error": str(e), "kind": "reject"}
-                reply["meta_unsupported"] = str(e)
-            real = bool(req.get("real")) or "meta_unsupported" in reply
-            if real:
-                if reply.get("input_bytes", 0) + reply.get("state_bytes", 0) > int(req.get("max_real_bytes", 1 << 30)):
-                    return {**reply, "error": "too large to run for real here", "kind": "too_large"}
-                reply.update(_real(program, shape, int(req.get("repeats", 2))), validated="real")
+                if not _looks_meta_only(e) or reply.input_bytes is None:
+                    return reply.failed(str(e), "reject")
+                reply.meta_unsupported = str(e)
+            if req.real or reply.meta_unsupported is not None:
+                if (reply.input_bytes or 0) + (reply.state_bytes or 0) > req.max_real_bytes:
+                    return reply.failed("too large to run for real here", "too_large")
+                _real(program, req, reply)
+                reply.validated = "real"
     except _Timeout as e:
-        return {**reply, "ok": False, "error": str(e), "kind": "timeout"}
+        return reply.failed(str(e), "timeout")
     except _StageError as e:
-        return {**reply, "ok": False, "error": str(e), "kind": "reject"}
+        return reply.failed(str(e), "reject")
     except MemoryError as e:
-        return {**reply, "ok": False, "error": f"MemoryError: {e}", "kind": "memory"}
-    reply["ok"] = True
+        return reply.failed(f"MemoryError: {e}", "memory")
+    reply.ok = True
     return reply
 
 
@@ -207,21 +205,21 @@ def _load(source: str) -> ProgramModule:
 def _serve(proto: Any) -> None:
     program: ProgramModule | None = None
     for line in sys.stdin:
-        req = json.loads(line)
         try:
-            if req["op"] == "load":
+            req = ProbeRequest.read(json.loads(line))  # a malformed request is answered as a load error
+            if req.op == "load":
                 program = None
-                program = _load(req["source"])
-                reply: dict[str, Any] = {"ok": True}
-            elif req.get("source"):
-                reply = check(_load(req["source"]), req)
+                program = _load(req.source)
+                reply = ProbeReply(ok=True)
+            elif req.source:
+                reply = check(_load(req.source), req)
             elif program is None:
-                reply = {"ok": False, "error": "no program loaded", "kind": "load"}
+                reply = ProbeReply(error="no program loaded", kind="load")
             else:
                 reply = check(program, req)
         except BaseException as e:  # the program's own import/exec errors; SystemExit from the file included
-            reply = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}", "kind": "load"}
-        proto.write(json.dumps(reply) + "\n")
+            reply = ProbeReply(error=f"{type(e).__name__}: {str(e)[:300]}", kind="load")
+        proto.write(json.dumps(reply.wire()) + "\n")
         proto.flush()
 
 

@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from musaenv.isolation.messages import ProtocolError, decode
-from musaenv.isolation.reports import RuntimeReports, Tampered, Threads, TimingReport, TrialsReport
+from musaenv.isolation.reports import (
+    OpTime,
+    ProfileReport,
+    RuntimeReports,
+    Tampered,
+    Threads,
+    TimingReport,
+    TrialsReport,
+)
 from musaenv.verification import analyze_candidate
 from musaenv.verification.runtime import (
     RuntimeFindings,
@@ -46,11 +54,11 @@ def test_plumbing_is_allowed(name: str) -> None:
 @pytest.mark.parametrize("name", ["aten::relu", "aten::add", "aten::mm", "aten::cat", "aten::index", "aten::linear"])
 def test_compute_is_forbidden(name: str) -> None:
     assert not is_allowed_aten_op(name)
-    assert forbidden_ops([{"name": name, "cpu_us": 1.0}])
+    assert forbidden_ops([OpTime(name, cpu_us=1.0)])
 
 
 def test_strict_profile_with_compute_is_an_error_and_permissive_a_warning() -> None:
-    profile = {"ok": True, "wall_us": 100.0, "ops": [{"name": "aten::relu", "cpu_us": 40.0}, {"name": "aten::view"}]}
+    profile = ProfileReport(ok=True, wall_us=100.0, ops=[OpTime("aten::relu", cpu_us=40.0), OpTime("aten::view")])
     ref = _trials()
     for policy, flagged in (("strict", True), ("permissive", False)):
         out = assess_runtime(_report(profile=profile), [], ref, ref, [True] * 3, TOL, RuntimeSettings(policy, True))
@@ -194,8 +202,11 @@ def test_a_forged_runtime_report_is_a_verdict_not_a_crash() -> None:
         decode(forged, TrialsReport, TimingReport)
     ref = _trials()
     run = CandidateRun(trials=[(r, ["float32"], []) for r in ref])
-    # the profile's body is the coverage module's to read, not typed on the wire: a forged one is judged, not a crash
-    run.runtime = _report(profile={"ok": True, "ops": [1, 2]})
+    # a forged profile body is refused at decoding; one that got past it (no type is checked on a record built in
+    # this process) is judged, not a crash
+    with pytest.raises(ProtocolError):
+        decode({**TrialsReport().to_dict(), "profile": {"ok": True, "ops": [1, 2]}}, TrialsReport)
+    run.runtime = _report(profile=ProfileReport(ok=True, ops=[1, 2]))  # type: ignore[list-item]
     result = judge(
         run,
         RefOutputs(trials=[(r, ["float32"]) for r in ref]),

@@ -32,7 +32,8 @@ def test_static_extraction_matches_what_the_candidate_would_build() -> None:
     assert code is not None
     specs = extract_build_specs(code, "cpu")
     assert len(specs) == 1
-    spec = BuildSpec.from_dict(specs[0])
+    spec = specs[0]
+    assert isinstance(spec, BuildSpec) and spec == BuildSpec.from_dict(spec.to_dict())
     assert spec.functions == ("relu_ok", "relu_wrong", "throws", "segfault", "spin")
     assert "relu_impl" in spec.cpp_sources[0]
     dynamic = "import torch\nfrom torch.utils.cpp_extension import load_inline\next = load_inline('x', make_src())\n"

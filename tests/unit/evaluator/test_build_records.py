@@ -23,9 +23,8 @@ _WHY = [{"tier": "split", "why": "the source uses Python or pybind11 ('py::')"}]
 
 def test_a_served_build_is_recorded_with_its_tier_and_why_faster_ones_did_not_apply() -> None:
     outcome = BuildOutcome(True, "musaenv_a", "/x.so", seconds=12.5, extra={"tier": "pch", "declined": _WHY})
-    assert _record(outcome) == {"name": "musaenv_a", "ok": True, "seconds": 12.5, "cached": False, "tier": "pch",
-                                "declined": _WHY, "kind": "extension"}  # fmt: skip
-    assert _record(BuildOutcome(False, "musaenv_b", log="refused"))["tier"] is None  # no path ran
+    assert _record(outcome) == BuildRecord("musaenv_a", True, 12.5, False, tier="pch", declined=tuple(_WHY))
+    assert _record(BuildOutcome(False, "musaenv_b", log="refused")).tier is None  # no path ran
 
 
 def test_the_parent_records_each_different_build_it_serves_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +39,7 @@ def test_the_parent_records_each_different_build_it_serves_once(monkeypatch: pyt
     ):
         _serve_build(worker, BuildRequest(spec), run, EvalConfig(), "cpu", False, 5.0)
         Channel(cr, cw).recv()
-    assert [(b["tier"], b["ok"], b["cached"]) for b in run.builds] == [("split", True, False), (None, False, False)]
+    assert [(b.tier, b.ok, b.cached) for b in run.builds] == [("split", True, False), (None, False, False)]
     for _ in range(MAX_RECORDS + 5):  # a worker flooding refused requests: the parent's list stays bounded
         _serve_build(worker, BuildRequest({"cpp_sources": 5}), run, EvalConfig(), "cpu", False, 5.0)
         Channel(cr, cw).recv()
@@ -49,19 +48,20 @@ def test_the_parent_records_each_different_build_it_serves_once(monkeypatch: pyt
 
 def test_the_worker_adds_only_its_cupy_kernels_to_the_builds_the_parent_served() -> None:
     run = CandidateRun(builds=[_record(BuildOutcome(True, "musaenv_a", "/x.so", seconds=3.0, extra={"tier": "split"}))])
-    forged = {"name": "musaenv_a", "ok": True, "seconds": 0.0, "cached": True, "tier": "torch"}
-    cupy = {"name": "RawKernel k", "ok": True, "seconds": 0.5, "cached": False, "tier": "nvrtc", "kind": "cupy"}
+    forged = BuildRecord("musaenv_a", True, 0.0, True, tier="torch")
+    cupy = BuildRecord("RawKernel k", True, 0.5, False, tier="nvrtc", kind="cupy")
     assert _handle(Result(builds=[forged, cupy]), [], run)
-    assert [(b["name"], b["tier"]) for b in run.builds] == [("musaenv_a", "split"), ("RawKernel k", "nvrtc")]
+    assert [(b.name, b.tier) for b in run.builds] == [("musaenv_a", "split"), ("RawKernel k", "nvrtc")]
     assert run.compile_time_s == 0.5  # the worker's own compile; the served build's time is counted when served
 
 
 def test_build_tier_is_the_one_path_or_mixed() -> None:
     assert build_tier_of([]) is None
-    assert build_tier_of([{"tier": None}]) is None  # built before tiers were recorded
-    assert build_tier_of([{"tier": "split"}, {"tier": "split"}, {"tier": None}]) == "split"
-    assert build_tier_of([{"tier": "split"}, {"tier": "torch"}]) == "mixed"
-    run = CandidateRun(builds=[{"name": "a", "cached": False, "tier": "cuda_split"}])
+    split, torch, none = (BuildRecord("a", True, 1.0, False, tier=t) for t in ("split", "torch", None))
+    assert build_tier_of([none]) is None  # built before tiers were recorded
+    assert build_tier_of([split, split, none]) == "split"
+    assert build_tier_of([split, torch]) == "mixed"
+    run = CandidateRun(builds=[BuildRecord("a", True, 1.0, False, tier="cuda_split")])
     assert base_result(run, "t", "cuda", "cuda:0", 100, ()).build_tier == "cuda_split"
 
 

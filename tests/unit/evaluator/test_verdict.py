@@ -19,7 +19,7 @@ from musaenv.evaluator.verdict import (
     timed_outputs_agree,
 )
 from musaenv.isolation.messages import Timing
-from musaenv.types import Stage, TimingStats
+from musaenv.types import BuildRecord, Stage, TimingStats
 from musaenv.verification.runtime import RuntimeFindings, RuntimeSettings
 
 TOL = (1e-5, 1e-5)
@@ -44,7 +44,8 @@ def _base(run: CandidateRun) -> object:
 
 
 def test_base_result_carries_ids_builds_and_static_warnings() -> None:
-    run = CandidateRun(builds=[{"name": "a", "cached": True}, {"name": "b", "cached": True}], compile_log="x" * 500)
+    builds = [BuildRecord("a", True, 1.0, True), BuildRecord("b", True, 1.0, True)]
+    run = CandidateRun(builds=builds, compile_log="x" * 500)
     base = base_result(run, "t", "cpu", "cpu", 100, ("w",))
     assert (base.task_id, base.backend, base.device, base.warnings, base.build_cached) == (
         "t",

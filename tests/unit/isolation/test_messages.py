@@ -30,22 +30,45 @@ from musaenv.isolation.messages import (
     decode,
     read_hello,
 )
+from musaenv.isolation.reports import GpuPlan, KernelTimes, OpTime, PlanLayer, ProfileReport, ProfileRun, SandboxState
+from musaenv.types import BuildRecord
 
 RUN = {"task_source": "x", "shapes": [{}], "init_seed": 1, "trials": [TrialSpec(0, 3), TrialSpec(1, 4, 2.0, 90.0)]}
 RUN |= {"timing": None, "device": "cpu", "cpu_threads": 1}
 TIMED = {**RUN, "timing": TimingPlan(seed=5, pool=4, warmup=1, repeats=9, max_time_s=1.5, flush_bytes=0, keep=[2])}
 RECORDS: list[messages.Message] = [
     Ready(pid=12, torch="2.13.0"),
-    Stage("load", {"applied": ["landlock"], "missing": []}),
+    Stage("load", SandboxState(missing=["sandbox unavailable: no module"])),
+    Stage(
+        "load",
+        SandboxState(
+            "extension",
+            ["landlock_writes", "seccomp_signals"],
+            {"netns": "unprivileged"},
+            landlock_abi=3,
+            timings_ms={"total": 1.5},
+            gpu_plan=GpuPlan("0.5", [PlanLayer("rlimit_as", True, "none")]),
+        ),
+    ),
     Stage("trials"),
     Trial(index=0, dtypes=["float32"], flags=["input_mutation"]),
     Trial(index=5, dtypes=["float32"], flags=[], skip="the reference's outputs are not finite on these inputs"),
     TrialStats(index=2, stats=[[1.0, 2.0, 3.0, 4]]),
     Timing(samples_ms=[1.0, 2], host_ms=[1.5], kept=[0, 4], kept_counts=[1, 1], fingerprints=[[[0.1]]]),
-    TrialsReport(kernel_calls=[1, 2], profile={"ok": True}, provenance=None, rewrite_note="skipped"),
+    TrialsReport(kernel_calls=[1, 2], profile=ProfileReport(ok=True), provenance=None, rewrite_note="skipped"),
+    TrialsReport(
+        profile=ProfileReport(
+            ok=True,
+            kernel=KernelTimes(2, 30.5, 0.0),
+            op_cpu_us={"aten::mm": [12.0, 0.0]},
+            ops=[OpTime("aten::mm", 1, 12.0)],
+            seen=["aten::mm"],
+            runs=[ProfileRun(ok=True, kernel=KernelTimes(2, 31.0, 0.0))],
+        )
+    ),
     TimingReport(remeasure_ms=[0.5, 1], forward_calls=9, kernel_calls=None, global_state=["num_threads: 1 -> 4"]),
     Result(
-        builds=[{"name": "m", "ok": True, "seconds": 0.1, "cached": False}],
+        builds=[BuildRecord("m", True, 0.1, False), BuildRecord("k", False, 0.2, False, tier="nvrtc", kind="cupy")],
         failure=Failure(messages.FailureStage.INPUT_ERROR, "slow"),
     ),
     Result(),
@@ -165,3 +188,57 @@ def test_the_sandbox_settings_travel_as_the_config_and_a_bad_value_is_refused_at
     for forged in ({"address_space_mb": -1}, {"no_such_limit": 1}):
         with pytest.raises(ProtocolError, match="SandboxConfig"):
             decode({**sent, "sandbox": forged}, CandidateRequest)
+
+
+def test_a_workers_build_records_are_refused_at_decoding_when_malformed() -> None:
+    sent = Result(builds=[BuildRecord("k", True, 0.5, False, tier="nvrtc", kind="cupy")]).to_dict()
+    got = decode(sent, Result)
+    assert isinstance(got, Result) and got.builds == [BuildRecord("k", True, 0.5, False, tier="nvrtc", kind="cupy")]
+    good = sent["builds"][0]
+    forged: list[Any] = [
+        {**good, "seconds": "0.5"},  # a string is no time
+        {**good, "ok": 1},  # nor a count a flag
+        {**good, "cached": None},
+        {**good, "kind": ["cupy"]},
+        {**good, "declined": [{"tier": "pch"}]},  # a declined path without its reason
+        {**good, "surplus": 1},
+        {k: v for k, v in good.items() if k != "name"},
+        ["k", True, 0.5, False],
+    ]
+    for build in forged:
+        with pytest.raises(ProtocolError, match=r"BuildRecord|field 'builds'"):
+            decode({**sent, "builds": [build]}, Result)
+
+
+def test_a_forged_profile_is_refused_at_decoding() -> None:
+    sent = TrialsReport(profile=ProfileReport(ok=True, ops=[OpTime("aten::mm", 1, 12.0)])).to_dict()
+    profile = sent["profile"]
+    for forged in (
+        {**profile, "ops": [1, 2]},
+        {**profile, "ops": [{"name": "aten::mm", "cpu_us": "fast"}]},
+        {**profile, "op_cpu_us": {"aten::mm": "12"}},
+        {**profile, "op_cpu_us": {"aten::mm": [12.0, "0"]}},
+        {**profile, "kernel": [1, 2.0, 0.0]},
+        {**profile, "runs": [{"ok": True, "wall_us": 5.0}]},  # a run carries only what coverage reads
+        {**profile, "ok": "yes"},
+    ):
+        with pytest.raises(ProtocolError):
+            decode({**sent, "profile": forged}, TrialsReport)
+
+
+def test_the_sandbox_report_is_refused_at_decoding_when_malformed_and_reads_as_before_in_a_result() -> None:
+    state = SandboxState("python", ["seccomp_signals"], {"landlock_writes": "no abi"}, timings_ms={"total": 2.0})
+    sent = Stage("load", state).to_dict()
+    assert decode(sent, Stage) == Stage("load", state)
+    report = state.report()
+    assert "gpu_plan" not in report and "missing" not in report and report["timings_ms"]["total"] == 2.0
+    assert SandboxState(missing=["why"]).report() == {"applied": [], "missing": ["why"]}
+    for forged in (
+        {**sent["sandbox"], "applied": "seccomp_signals"},  # a string is no list of measures
+        {**sent["sandbox"], "timings_ms": {"total": "fast"}},
+        {**sent["sandbox"], "not_applied": [["netns", "why"]]},
+        {**sent["sandbox"], "gpu_plan": {"device_memory": "1", "layers": [{"name": "x"}]}},
+        {**sent["sandbox"], "surplus": 1},
+    ):
+        with pytest.raises(ProtocolError):
+            decode({**sent, "sandbox": forged}, Stage)

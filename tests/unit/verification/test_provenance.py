@@ -8,13 +8,15 @@ what they compute, only the torch ops around them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from musaenv.isolation.reports import RuntimeChecks, RuntimeReports, TrialsReport
+from musaenv.isolation.records import ProtocolError
+from musaenv.isolation.reports import Match, ProvenanceReport, RuntimeChecks, RuntimeReports, TrialsReport
 from musaenv.verification.coverage import torch_computed
 from musaenv.verification.runtime import RuntimeSettings, assess_runtime
 from musaenv.verification.runtime_probe import RuntimeGuard
@@ -61,7 +63,7 @@ def _follow(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> di
 
 
 def _how(report: dict[str, Any]) -> str | None:
-    return report["matches"][0]["how"] if report["matches"] else None
+    return report.matches[0].how if report.matches else None
 
 
 CHEATS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -85,7 +87,7 @@ def _write_into(buf: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 def test_an_output_torch_computed_from_the_inputs_is_found(name: str) -> None:
     report = _follow(CHEATS[name])
     assert _how(report) == "inputs", report
-    assert report["matches"][0]["op"] == "aten::_softmax" and report["matches"][0]["share"] >= 0.9
+    assert report.matches[0].op == "aten::_softmax" and report.matches[0].share >= 0.9
 
 
 def test_a_kernel_that_perturbs_the_input_below_the_tolerance_is_replayed_out() -> None:
@@ -93,7 +95,7 @@ def test_a_kernel_that_perturbs_the_input_below_the_tolerance_is_replayed_out() 
     # read is not a known value, but running the op again on the input itself gives the same answer.
     nudge = _kernel(lambda a: a + np.float32(0.05) * np.sign(a))
     report = _follow(lambda x, b: copy(torch.softmax(nudge(x), 1)))
-    assert report["from_inputs"] == 0 and _how(report) == "replay", report
+    assert report.from_inputs == 0 and _how(report) == "replay", report
 
 
 def _softmax_in_four_ops(x: torch.Tensor) -> torch.Tensor:
@@ -106,8 +108,8 @@ def test_a_chain_of_torch_ops_on_a_nudged_input_is_replayed_back_to_the_input() 
     # copies the answer: the chain replayed from the input itself gives the answer again.
     nudge = _kernel(lambda a: a + np.float32(0.03) * np.sign(a))
     report = _follow(lambda x, b: _padded_copy(_softmax_in_four_ops(nudge(x))))
-    assert report["from_inputs"] == 0 and _how(report) == "replay", report
-    assert report["matches"][0]["op"] == "aten::div"
+    assert report.from_inputs == 0 and _how(report) == "replay", report
+    assert report.matches[0].op == "aten::div"
 
 
 HONEST: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -137,15 +139,15 @@ def _two_kernels(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("name", sorted(HONEST))
 def test_kernels_that_do_the_work_are_not_matched(name: str) -> None:
     report = _follow(HONEST[name])
-    assert report["matches"] == [], report
-    assert not report["truncated"]
+    assert report.matches == [], report
+    assert not report.truncated
 
 
 def test_the_reference_op_run_beside_an_exact_kernel_is_matched() -> None:
     # The documented decision: torch.relu(x) ran on forward's input and equals the output; which of the two equal
     # values forward returned cannot be told apart, and running the reference op beside the kernel is refused.
     report = _follow(lambda x, b: (torch.relu(x), relu(x))[1])
-    assert _how(report) == "inputs" and report["matches"][0]["op"] == "aten::relu"
+    assert _how(report) == "inputs" and report.matches[0].op == "aten::relu"
 
 
 def test_padding_forward_with_ops_does_not_buy_it_out_of_the_check() -> None:
@@ -155,19 +157,19 @@ def test_padding_forward_with_ops_does_not_buy_it_out_of_the_check() -> None:
         return copy(torch.softmax(x, 1))
 
     report = _follow(padded)
-    assert report["truncated"] and report["matches"] == []
+    assert report.truncated and report.matches == []
     assert "more than 4096 torch ops" in (torch_computed(report) or "")
 
 
-def _judge(provenance: dict[str, Any], policy: str) -> Any:
+def _judge(provenance: ProvenanceReport, policy: str) -> Any:
     ref = [[np.ones((2, 2), np.float32)]]
     report = RuntimeReports(trials=TrialsReport(provenance=provenance))
     return assess_runtime(report, [], ref, ref, [True], TOL, RuntimeSettings(policy, checks=False))
 
 
 def test_the_flag_is_an_error_under_strict_and_kernelbench_and_reported_under_permissive() -> None:
-    found = {"ops": 3, "truncated": False, "forbidden": 1, "from_inputs": 1, "max_ops": MAX_OPS,
-             "matches": [{"output": 0, "op": "aten::_softmax", "share": 1.0, "how": "inputs"}]}  # fmt: skip
+    found = ProvenanceReport(ops=3, forbidden=1, from_inputs=1, max_ops=MAX_OPS,
+                             matches=[Match(0, "aten::_softmax", 1.0, "inputs")])  # fmt: skip
     for policy in ("kernelbench", "strict"):
         out = _judge(found, policy)
         assert out.flags == ["torch_computed_output"], out.messages
@@ -175,9 +177,9 @@ def test_the_flag_is_an_error_under_strict_and_kernelbench_and_reported_under_pe
     permissive = _judge(found, "permissive")
     assert permissive.flags == [] and permissive.warnings == ["torch_computed_output"]
     assert _judge(found, "off").flags == []
-    clean = {**found, "matches": []}
+    clean = replace(found, matches=[])
     assert _judge(clean, "kernelbench").flags == []
-    assert _judge({"error": "RuntimeError: boom"}, "kernelbench").flags == ["torch_computed_output"]
+    assert _judge(ProvenanceReport(error="RuntimeError: boom"), "kernelbench").flags == ["torch_computed_output"]
 
 
 class _Cheat(torch.nn.Module):
@@ -211,7 +213,7 @@ def test_the_worker_follows_a_forward_only_when_it_ran_torch_compute(policy: str
             assert report is not None and report.provenance is None  # no torch compute: nothing followed
         else:
             assert report is not None and report.provenance is not None
-            assert len(report.provenance["matches"]) == expected, report.provenance
+            assert len(report.provenance.matches) == expected, report.provenance
 
 
 def test_elements_within_the_tolerance_of_zero_prove_nothing() -> None:
@@ -225,4 +227,22 @@ def test_elements_within_the_tolerance_of_zero_prove_nothing() -> None:
         torch.mul(x, 0.0)
         out = softmax_kernel(x)
         zeros = _kernel(np.zeros_like)(x)
-    assert mode.report([out, zeros])["matches"] == []
+    assert mode.report([out, zeros]).matches == []
+
+
+def test_a_provenance_report_is_refused_at_decoding_when_malformed() -> None:
+    match_ = Match(0, "aten::mm", 1.0, "inputs")
+    found = ProvenanceReport(ops=3, forbidden=1, from_inputs=1, max_ops=MAX_OPS, matches=[match_])
+    sent = TrialsReport(provenance=found).to_dict()
+    assert TrialsReport.from_dict(sent).provenance == found
+    match = sent["provenance"]["matches"][0]
+    for forged in (
+        {**sent["provenance"], "matches": [{**match, "share": "all"}]},
+        {**sent["provenance"], "matches": [{k: v for k, v in match.items() if k != "op"}]},
+        {**sent["provenance"], "matches": ["aten::mm"]},
+        {**sent["provenance"], "truncated": "no"},
+        {**sent["provenance"], "why": "surplus"},
+        [found.to_dict()],
+    ):
+        with pytest.raises(ProtocolError):
+            TrialsReport.from_dict({**sent, "provenance": forged})
