@@ -349,7 +349,7 @@ def _prime_flag_template() -> None:
     if "torch" not in sys.modules or root in _PRIMED:
         return
     try:
-        from musaenv.toolchains.cpp.pch import torch_flags
+        from musaenv.toolchains.cpp.compiler import torch_flags
 
         torch_flags(root, "musaenv_template", (), (), ())
         _PRIMED.add(root)

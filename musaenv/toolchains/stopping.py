@@ -67,7 +67,7 @@ def current() -> StopScope | None:
 
 @contextlib.contextmanager
 def stoppable(scope: StopScope) -> Iterator[StopScope]:
-    """Within this block, :func:`musaenv.toolchains.cpp.pch.run_tool` starts its processes in ``scope``."""
+    """Within this block, :func:`musaenv.toolchains.cpp.compiler.run_tool` starts its processes in ``scope``."""
     token = _SCOPE.set(scope)
     try:
         yield scope
@@ -80,7 +80,8 @@ def run_stoppable(
     env: Mapping[str, str] | None,
 ) -> tuple[int, str]:  # fmt: skip
     """``subprocess.run`` in ``scope``: its own process group (a compiler's children die with it), killed on
-    timeout (exit 124, as :func:`~musaenv.toolchains.cpp.pch.run_tool`) or when the scope stops (:data:`STOPPED_RC`)."""
+    timeout (exit 124, as :func:`~musaenv.toolchains.cpp.compiler.run_tool`) or when the scope stops
+    (:data:`STOPPED_RC`)."""
     procs: list[subprocess.Popen[str]] = []
 
     def start() -> subprocess.Popen[str]:

@@ -88,8 +88,9 @@ def warmup_items(flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bo
 def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[str], None] | None = None) -> list[dict]:
     """Build ``items`` into the store at ``cache`` (inside the confined builder); returns one row per item."""
     from musaenv.toolchains.cpp.bindobj import module_object
+    from musaenv.toolchains.cpp.compiler import torch_flags
     from musaenv.toolchains.cpp.header_names import extension_only_names
-    from musaenv.toolchains.cpp.pch import PchStore, torch_flags
+    from musaenv.toolchains.cpp.pch import PchStore
 
     store = PchStore(cache)
     rows = []

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from musaenv.toolchains.cpp.pch import CompileFlags, file_lock, run_tool, unique_suffix
+from musaenv.toolchains.cpp.compiler import CompileFlags, file_lock, run_tool, unique_suffix
 
 __all__ = ["COMMON_SIGNATURES", "binding_objects", "module_object"]
 

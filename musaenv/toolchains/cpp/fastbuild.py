@@ -1,7 +1,7 @@
 """Fast builds of CPU C++ candidates: torch's sources and flags, our own compiler driving.
 
 The produced module is what ``load_inline(name, cpp_sources, functions=...)`` produces: the same ``main.cpp``
-text, torch's own compile and link flags (read from torch, see :mod:`musaenv.toolchains.cpp.pch`), the candidate's
+text, torch's own compile and link flags (read from torch, see :mod:`musaenv.toolchains.cpp.compiler`), the candidate's
 flags untouched, ``TORCH_EXTENSION_NAME`` set to the module name, every function bound with
 ``m.def(name, torch::wrap_pybind_function(fn), doc)`` in the order given. Two tiers, tried in order:
 
@@ -54,9 +54,10 @@ from pathlib import Path
 from typing import Any
 
 from musaenv.toolchains.cpp.bindobj import binding_objects, module_object, sig_id
+from musaenv.toolchains.cpp.compiler import CompileFlags, run_tool, torch_flags, unique_suffix
 from musaenv.toolchains.cpp.flagkeys import strip_refusals
 from musaenv.toolchains.cpp.header_names import extension_only_names, names_in_quotes
-from musaenv.toolchains.cpp.pch import CompileFlags, PchStore, run_tool, torch_flags, unique_suffix
+from musaenv.toolchains.cpp.pch import PchStore
 from musaenv.toolchains.own_checks import out_of_space
 from musaenv.types import declined as decline
 

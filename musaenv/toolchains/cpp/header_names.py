@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from musaenv.toolchains.cpp.pch import CompileFlags, run_tool, unique_suffix
+from musaenv.toolchains.cpp.compiler import CompileFlags, run_tool, unique_suffix
 
 __all__ = ["extension_only_names", "names_in_quotes"]
 

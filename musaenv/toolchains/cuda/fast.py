@@ -36,8 +36,9 @@ from typing import Any
 
 from musaenv import _env
 from musaenv.isolation.limits import backstop_s
+from musaenv.toolchains.cpp.compiler import CompileFlags, torch_flags
 from musaenv.toolchains.cpp.fastbuild import fast_build, isa_pragma_safe, linking_with, split_overlay
-from musaenv.toolchains.cpp.pch import CompileFlags, PchStore, torch_flags
+from musaenv.toolchains.cpp.pch import PchStore
 from musaenv.toolchains.cuda.compile import _ARCH_FLAG, _CUDA_PRELUDE, _kill, _run, _start, _Step, _torch_build_flags
 from musaenv.toolchains.cuda.link import judge_link, link_plan
 from musaenv.toolchains.cuda.names import TorchNames, looked_up, torch_includes, torch_names

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from musaenv.isolation.sandbox import landlock_abi
+from musaenv.toolchains.cpp.compiler import run_tool
 from musaenv.toolchains.cpp.fastbuild import _writes_only
-from musaenv.toolchains.cpp.pch import run_tool
 
 
 @pytest.mark.skipif(landlock_abi() <= 0, reason="Landlock unsupported by this kernel")

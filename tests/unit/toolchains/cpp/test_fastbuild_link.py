@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from musaenv.toolchains.cpp import fastbuild
-from musaenv.toolchains.cpp.pch import CompileFlags
+from musaenv.toolchains.cpp.compiler import CompileFlags
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from musaenv.toolchains.cpp.compiler import CompileFlags
 from musaenv.toolchains.cpp.fastbuild import _final_error
 from musaenv.toolchains.cpp.flagkeys import bind_key_flags, pch_key_flags, refusal, refused_macros, strip_refusals
-from musaenv.toolchains.cpp.pch import CompileFlags, PchStore, retire_headers
+from musaenv.toolchains.cpp.pch import PchStore, retire_headers
 
 HEADER = """#include <vector>
 #include <cmath>
@@ -166,8 +167,8 @@ def test_a_split_tier_error_is_final_only_when_no_header_can_explain_it() -> Non
 
 
 def test_names_only_torch_extension_h_brings_come_from_the_compiler(tmp_path: Path) -> None:
+    from musaenv.toolchains.cpp.compiler import torch_flags
     from musaenv.toolchains.cpp.header_names import extension_only_names
-    from musaenv.toolchains.cpp.pch import torch_flags
 
     flags = torch_flags(tmp_path, "musaenv_names", ["-O3"], [], [])
     names = extension_only_names(flags, tmp_path, tmp_path)

@@ -14,9 +14,10 @@ import pytest
 
 from musaenv.toolchains import own_checks
 from musaenv.toolchains.cpp import pch
+from musaenv.toolchains.cpp.compiler import CompileFlags
 from musaenv.toolchains.cpp.fastbuild import _ISA_ARTEFACT, isa_pragma_safe
 from musaenv.toolchains.cpp.flagkeys import isa_families, isa_flags, isa_pragma, pch_key_flags, refusal
-from musaenv.toolchains.cpp.pch import CompileFlags, PchStore
+from musaenv.toolchains.cpp.pch import PchStore
 
 HEADER = """#include <vector>
 #include <cmath>

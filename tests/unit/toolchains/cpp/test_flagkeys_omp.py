@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from musaenv.toolchains.cpp import pch
+from musaenv.toolchains.cpp.compiler import CompileFlags
 from musaenv.toolchains.cpp.flagkeys import OMP_SHARED_FLAGS, omp_macros, pch_key_flags, refusal
-from musaenv.toolchains.cpp.pch import CompileFlags, PchStore
+from musaenv.toolchains.cpp.pch import PchStore
 
 HEADER = """#include <vector>
 #include <cmath>

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from musaenv.toolchains.cpp.pch import PchStore, torch_flags
+from musaenv.toolchains.cpp.compiler import torch_flags
+from musaenv.toolchains.cpp.pch import PchStore
 from musaenv.toolchains.loader import BuildSpec, build_extension, pch_cache_root
 from musaenv.toolchains.warmup import warmup
 

@@ -19,7 +19,8 @@ import pytest
 from musaenv import _env
 from musaenv.toolchains.buildspec import BuildSpec
 from musaenv.toolchains.cpp.bindobj import module_object
-from musaenv.toolchains.cpp.pch import PchStore, torch_flags
+from musaenv.toolchains.cpp.compiler import torch_flags
+from musaenv.toolchains.cpp.pch import PchStore
 from musaenv.toolchains.cuda.compile import _CUDA_PRELUDE
 from musaenv.toolchains.cuda.fast import cuda_fast_build, device_verdict
 from musaenv.toolchains.cuda.names import TorchNames

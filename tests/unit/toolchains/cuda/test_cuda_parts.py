@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from musaenv.toolchains.cpp.compiler import run_tool
 from musaenv.toolchains.cpp.fastbuild import FastResult
-from musaenv.toolchains.cpp.pch import run_tool
 from musaenv.toolchains.cuda import fast as cuda_fast
 from musaenv.toolchains.cuda.compile import _Step
 from musaenv.toolchains.loader import pch_cache_root
