@@ -8,7 +8,7 @@ nothing is cached):
   of torch needs three things of the environment to finish, none of the candidate: ``CUDA_HOME``, the c10/cuda
   define and empty stand-ins for ``libc10_cuda``/``libtorch_cuda``, as ``tests/fidelity/truth.py`` does).
 * ``musaenv``: ``build_extension`` of the compile-only spec in a fresh process with an empty extension cache (no
-  cached verdict), default build mode: the CUDA split (:mod:`musaenv.toolchains.cuda_fast`) when it applies.
+  cached verdict), default build mode: the CUDA split (:mod:`musaenv.toolchains.cuda.fast`) when it applies.
 * ``full`` (``--full``): the same check with build mode ``torch``: the unsplit check of the source as written.
 * a kernel error (a syntax error in an extra kernel) in the first candidate, musaenv's check only.
 

@@ -8,8 +8,8 @@ path inside it); nothing of it is committed. Upstream compile labels come from a
 musaenv's own parser (:func:`musaenv.verification.static_sources.find_builds`).
 
 1. **Share** (compiles nothing, the whole corpus): which generations the CUDA split takes, the same two checks
-   the build runs (:func:`musaenv.toolchains.cuda_split.split_cuda`,
-   :func:`musaenv.toolchains.cuda_fast.split_unfit`), over
+   the build runs (:func:`musaenv.toolchains.cuda.split.split_cuda`,
+   :func:`musaenv.toolchains.cuda.fast.split_unfit`), over
    all and over those that compiled upstream, with the reasons of the rest counted; also over the calls that reach
    a build at all (torch's ``load_inline`` signature refuses some before any build, e.g. no ``cpp_sources``).
 2. **Sample** (``--sample N``, seeded, stratified): half successes (compiled upstream, one ``load_inline`` call),
@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from musaenv.toolchains.buildspec import BuildSpec
-from musaenv.toolchains.cuda_chunks import with_linkage
-from musaenv.toolchains.cuda_compile import _CUDA_PRELUDE
-from musaenv.toolchains.cuda_fast import split_unfit
-from musaenv.toolchains.cuda_split import _UNSUPPORTED, _blank, _chunks, _kernel, _place, _rewrite_launches, split_cuda
-from musaenv.toolchains.cuda_templates import HostTemplates, launch_instances, literal_macros
+from musaenv.toolchains.cuda.chunks import with_linkage
+from musaenv.toolchains.cuda.compile import _CUDA_PRELUDE
+from musaenv.toolchains.cuda.fast import split_unfit
+from musaenv.toolchains.cuda.split import _UNSUPPORTED, _blank, _chunks, _kernel, _place, _rewrite_launches, split_cuda
+from musaenv.toolchains.cuda.templates import HostTemplates, launch_instances, literal_macros
 from musaenv.verification.static_names import build_symbols, is_load_inline_name
 from musaenv.verification.static_sources import RecoveredBuild, find_builds
 

@@ -22,9 +22,9 @@ from benchmarks.cuda_build_speed import _MUSAENV, _run, _warm_headers, plain
 from benchmarks.cuda_corpus import Classified, medians, ratio
 from musaenv import _env
 from musaenv.toolchains.buildspec import BuildSpec
-from musaenv.toolchains.cuda_compile import _CUDA_PRELUDE
-from musaenv.toolchains.cuda_fast import _device_step
-from musaenv.toolchains.cuda_split import split_cuda
+from musaenv.toolchains.cuda.compile import _CUDA_PRELUDE
+from musaenv.toolchains.cuda.fast import _device_step
+from musaenv.toolchains.cuda.split import split_cuda
 
 _DEVICE_LIMIT_S = 120  # a device unit is about a second of nvcc; this only bounds a pathological one
 

@@ -71,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
     from core_costs import relu_cpp
 
-    from musaenv.toolchains.pch import torch_flags
+    from musaenv.toolchains.cpp.compiler import torch_flags
 
     work = Path(tempfile.mkdtemp(prefix="musaenv-pch-floor-"))
     flags = torch_flags(work / "cache", "musaenv_floor", ["-O3"], [], [])

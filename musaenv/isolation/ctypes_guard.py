@@ -3,7 +3,7 @@
 Raw system calls through libc's ``syscall()`` (seccomp, Landlock, capabilities, namespaces). :class:`PyGuard` has
 the extension's interface; unlike it, the per-thread measures (Landlock, capabilities) reach the calling thread
 only, which :func:`musaenv.isolation.sandbox.enter_sandbox` reports. Also used on its own by the build service to
-stack a Landlock layer on a compiler process (:mod:`musaenv.toolchains.fastbuild`).
+stack a Landlock layer on a compiler process (:mod:`musaenv.toolchains.cpp.fastbuild`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ directory, so no lock is ever shared) and writes ``TMPDIR/result.json``
 A job of another version or a malformed one is answered with an ``infra`` report that says so, before any build.
 The build paths are :data:`TOOLCHAINS`, one ordered list of
 :class:`~musaenv.toolchains.toolchain.Toolchain` records. Build modes ``fast`` and ``pch`` drive the compiler
-directly with torch's own flags (:mod:`musaenv.toolchains.fastbuild`, no torch import once the flag template is
+directly with torch's own flags (:mod:`musaenv.toolchains.cpp.fastbuild`, no torch import once the flag template is
 cached); mode ``torch``, and any build those cannot take, goes through torch's own ``load_inline`` with its final
 import switched off (:mod:`musaenv.toolchains.torch_inline`): nothing of the candidate is ever imported or run
 here. MUSA builds with device sources go through torch_musa's ``load_inline`` (``musa_sources``, compiled by
@@ -33,7 +33,7 @@ from typing import Any
 from musaenv.backends import REGISTRY
 from musaenv.isolation.build_jail import run_confined
 from musaenv.isolation.records import ProtocolError
-from musaenv.toolchains.clang import TOOLCHAIN as CLANG
+from musaenv.toolchains.cpp.clang import TOOLCHAIN as CLANG
 from musaenv.toolchains.job import JOB_VERSION, BuildReport, CompileJob, WarmupJob, read_job
 from musaenv.toolchains.toolchain import Toolchain
 from musaenv.toolchains.torch_inline import musa_build, torch_build
@@ -46,7 +46,7 @@ _FAST_TIERS = ("split", "pch")
 
 
 def _fast(spec: dict[str, Any], tmp: Path, declined: list[dict[str, str]]) -> dict[str, object] | None:
-    """The fast driver's build (:mod:`musaenv.toolchains.fastbuild`); ``None``, with why in ``declined``: torch's
+    """The fast driver's build (:mod:`musaenv.toolchains.cpp.fastbuild`); ``None``, with why in ``declined``: torch's
     path."""
     mode = spec.get("build_mode", "fast")
     if mode not in ("fast", "pch") or not spec.get("pch_cache"):
@@ -54,7 +54,7 @@ def _fast(spec: dict[str, Any], tmp: Path, declined: list[dict[str, str]]) -> di
         declined += [decline(t, why) for t in _FAST_TIERS]
         return None
     try:
-        from musaenv.toolchains.fastbuild import fast_build
+        from musaenv.toolchains.cpp.fastbuild import fast_build
 
         res = fast_build(spec, spec["name"], tmp, Path(spec["pch_cache"]), mode, declined)
     except OSError as e:
@@ -89,7 +89,7 @@ def _toolchain(backend: str | None) -> str:
 def _cuda_split(
     spec: dict[str, Any], tmp: Path, compile_only: bool, declined: list[dict[str, str]]
 ) -> dict[str, object] | None:
-    """A CUDA spec built through the split (:mod:`musaenv.toolchains.cuda_fast`); ``None``: build it as written (why
+    """A CUDA spec built through the split (:mod:`musaenv.toolchains.cuda.fast`); ``None``: build it as written (why
     in ``declined``)."""
     mode = spec.get("build_mode", "fast")
     backend, toolchain = spec.get("backend") or "", _toolchain(spec.get("backend"))
@@ -98,7 +98,7 @@ def _cuda_split(
         declined.append(decline("cuda_split", why if spec.get("pch_cache") else "no header store for the split"))
         return None
     try:
-        from musaenv.toolchains.cuda_fast import cuda_fast_build
+        from musaenv.toolchains.cuda.fast import cuda_fast_build
 
         arch = None
         if not compile_only:  # torch's own architecture list (TORCH_CUDA_ARCH_LIST or the visible devices)
@@ -119,7 +119,7 @@ def _cuda_split(
 def _cuda_check(job: CompileJob, tmp: Path) -> dict[str, object]:
     """The CUDA compile-only check of the source as written (no GPU here), run confined like any build; its output
     is the verdict."""
-    from musaenv.toolchains.cuda_compile import cuda_compile_check
+    from musaenv.toolchains.cuda.compile import cuda_compile_check
 
     check = cuda_compile_check(
         job.cpp_sources, job.cuda_sources, job.functions,

@@ -82,7 +82,7 @@ class CompileJob(Message):
         return cls.from_dict({"type": cls.TYPE, "version": JOB_VERSION, **fields, **job})
 
     def spec(self) -> dict[str, Any]:
-        """The job as the build drivers read it (:mod:`musaenv.toolchains.fastbuild`, ``cuda_fast``): a flat dict."""
+        """The job as the build drivers read it (:mod:`.cpp.fastbuild`, :mod:`.cuda.fast`): a flat dict."""
         return self.to_dict()
 
 
@@ -122,7 +122,7 @@ class BuildReport(Message):
         steps: What ran (compiler steps with exit codes and seconds).
         wanted: Headers the build went without (built in the background for the next one).
         retire: Header directories the compiler refused for an empty unit with the build's flags (the parent
-            retires them: :func:`musaenv.toolchains.pch.retire_headers`).
+            retires them: :func:`musaenv.toolchains.cpp.pch.retire_headers`).
         rows: One row per warm-up item.
         inconclusive: Why a compile-only check could not judge the source (empty when it could).
         declined: The faster paths that did not apply, in the order tried, each ``{"tier", "why"}``

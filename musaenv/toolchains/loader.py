@@ -50,6 +50,7 @@ from musaenv.isolation.records import ProtocolError
 from musaenv.toolchains.admission import admitted
 from musaenv.toolchains.builder_launch import builder_command
 from musaenv.toolchains.buildspec import BuildSpec, toolchain_fingerprint
+from musaenv.toolchains.cpp.pch import retire_headers
 from musaenv.toolchains.ext_cache import (
     built_with,
     export_artifact,
@@ -61,7 +62,6 @@ from musaenv.toolchains.ext_cache import (
 )
 from musaenv.toolchains.faults import FAULT_RULES, confirmed_fault, oom_kill_count, oom_rose, reads_like_fault
 from musaenv.toolchains.job import BuildReport, CompileJob, read_report
-from musaenv.toolchains.pch import retire_headers
 from musaenv.toolchains.warmup import start_background
 
 __all__ = [
@@ -126,7 +126,7 @@ def configure_builds(
     Args:
         mode: ``fast`` (our compiler driving with precompiled headers and a split binding; the default),
             ``pch`` (torch's ``main.cpp`` with a precompiled header), ``torch`` (torch's ``load_inline``) or
-            ``clang`` (C++ compiled by clang++: :mod:`musaenv.toolchains.clang`).
+            ``clang`` (C++ compiled by clang++: :mod:`musaenv.toolchains.cpp.clang`).
             ``fast`` and ``pch`` fall back to ``torch`` by themselves when they cannot run.
         max_parallel: Builds running at once in this process (cache hits never wait for a slot).
         confine: ``False`` runs builds without the build sandbox (:mod:`musaenv.isolation.build_jail`). Only for
@@ -349,7 +349,7 @@ def _prime_flag_template() -> None:
     if "torch" not in sys.modules or root in _PRIMED:
         return
     try:
-        from musaenv.toolchains.pch import torch_flags
+        from musaenv.toolchains.cpp.compiler import torch_flags
 
         torch_flags(root, "musaenv_template", (), (), ())
         _PRIMED.add(root)
@@ -388,7 +388,7 @@ def _run_builder(tmp: Path, timeout_s: float) -> tuple[int, str | None]:
 def _compile_only(
     spec: BuildSpec, name: str, final_dir: Path, timeout_s: float, start: float, second_look: bool = False
 ) -> BuildOutcome:
-    from musaenv.toolchains.cuda_compile import CHECK_VERSION
+    from musaenv.toolchains.cuda.compile import CHECK_VERSION
 
     verdict = final_dir / f"compile_only.v{CHECK_VERSION}.json"  # verdicts of older check commands are not reused
     cached = read_sealed(verdict, f"compile_only:{name}")

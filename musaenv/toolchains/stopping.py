@@ -1,6 +1,6 @@
 """Compiler processes of one build that another thread may stop at once.
 
-The CUDA split (:mod:`musaenv.toolchains.cuda_fast`) compiles its host side (the launchers, ``main.cpp`` and any
+The CUDA split (:mod:`musaenv.toolchains.cuda.fast`) compiles its host side (the launchers, ``main.cpp`` and any
 binding object new to the header store: up to ~50 CPU s) while nvcc compiles the kernels (~1 s). When nvcc fails,
 the host side's work is wasted whatever the verdict (the kernels' own error is the verdict, or the source is built
 as written), so the thread that watches nvcc stops it: every process :func:`run_stoppable` started inside
@@ -67,7 +67,7 @@ def current() -> StopScope | None:
 
 @contextlib.contextmanager
 def stoppable(scope: StopScope) -> Iterator[StopScope]:
-    """Within this block, :func:`musaenv.toolchains.pch.run_tool` starts its processes in ``scope``."""
+    """Within this block, :func:`musaenv.toolchains.cpp.compiler.run_tool` starts its processes in ``scope``."""
     token = _SCOPE.set(scope)
     try:
         yield scope
@@ -80,7 +80,8 @@ def run_stoppable(
     env: Mapping[str, str] | None,
 ) -> tuple[int, str]:  # fmt: skip
     """``subprocess.run`` in ``scope``: its own process group (a compiler's children die with it), killed on
-    timeout (exit 124, as :func:`~musaenv.toolchains.pch.run_tool`) or when the scope stops (:data:`STOPPED_RC`)."""
+    timeout (exit 124, as :func:`~musaenv.toolchains.cpp.compiler.run_tool`) or when the scope stops
+    (:data:`STOPPED_RC`)."""
     procs: list[subprocess.Popen[str]] = []
 
     def start() -> subprocess.Popen[str]:

@@ -71,7 +71,7 @@ _COMMON_QUEUED = False  # this process has queued the common flag sets (once)
 def warmup_items(flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bool = True) -> list[dict[str, Any]]:
     """What ``musaenv warmup`` builds, in order: binding objects per binding key, a types header per flag set,
     extension headers for the first two sets (``-O3`` and none)."""
-    from musaenv.toolchains.flagkeys import bind_key_flags
+    from musaenv.toolchains.cpp.flagkeys import bind_key_flags
 
     items: list[dict[str, Any]] = []
     keys: set[tuple[str, ...]] = set()
@@ -87,9 +87,10 @@ def warmup_items(flag_sets: Sequence[Sequence[str]] = COMMON_FLAG_SETS, full: bo
 
 def run_items(items: Sequence[dict[str, Any]], cache: Path, report: Callable[[str], None] | None = None) -> list[dict]:
     """Build ``items`` into the store at ``cache`` (inside the confined builder); returns one row per item."""
-    from musaenv.toolchains.bindobj import module_object
-    from musaenv.toolchains.header_names import extension_only_names
-    from musaenv.toolchains.pch import PchStore, torch_flags
+    from musaenv.toolchains.cpp.bindobj import module_object
+    from musaenv.toolchains.cpp.compiler import torch_flags
+    from musaenv.toolchains.cpp.header_names import extension_only_names
+    from musaenv.toolchains.cpp.pch import PchStore
 
     store = PchStore(cache)
     rows = []

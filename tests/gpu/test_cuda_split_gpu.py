@@ -12,8 +12,8 @@ import torch
 
 from musaenv.toolchains.buildspec import BuildSpec
 from musaenv.toolchains.loader import build_extension
-from tests.unit.toolchains.test_cuda_fast import DECL
-from tests.unit.toolchains.test_cuda_split import KB_ADD
+from tests.unit.toolchains.cuda.test_cuda_fast import DECL
+from tests.unit.toolchains.cuda.test_cuda_split import KB_ADD
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

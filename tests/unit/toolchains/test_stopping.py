@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from musaenv.toolchains.fastbuild import _Background
-from musaenv.toolchains.pch import run_tool
+from musaenv.toolchains.cpp.compiler import run_tool
+from musaenv.toolchains.cpp.fastbuild import _Background
 from musaenv.toolchains.stopping import STOPPED_RC, StopScope, stoppable
 
 # A driver with a child in its group (gcc and its cc1plus); both pids written to the file named by argv[1].

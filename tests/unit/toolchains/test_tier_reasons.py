@@ -1,5 +1,5 @@
-"""Why a faster build path did not apply is captured where each path declines (musaenv.toolchains.fastbuild,
-cuda_fast, builder) and sealed with the artifact, so a cache hit reports the path it was built with."""
+"""Why a faster build path did not apply is captured where each path declines (musaenv.toolchains.cpp.fastbuild,
+cuda.fast, builder) and sealed with the artifact, so a cache hit reports the path it was built with."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 from musaenv.isolation.integrity import file_sha256
 from musaenv.toolchains import builder, ext_cache
-from musaenv.toolchains.cuda_fast import split_unfit
-from musaenv.toolchains.fastbuild import _split_unfit, fast_build
+from musaenv.toolchains.cpp.fastbuild import _split_unfit, fast_build
+from musaenv.toolchains.cuda.fast import split_unfit
 from musaenv.toolchains.loader import _cache_lookup
 
 _NAME = "musaenv_0123456789abcdef"

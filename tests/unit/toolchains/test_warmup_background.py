@@ -89,8 +89,8 @@ def test_builder_command_runs_the_builder(tmp_path: Path) -> None:
 def test_a_bind_item_also_computes_the_names_only_torch_extension_h_declares(tmp_path: Path, monkeypatch) -> None:
     # The first compile error naming an undeclared identifier reads them instead of computing them (~2 s) while
     # its verdict waits. The binding objects themselves (~15 s of CPU) are stood in for here.
-    from musaenv.toolchains import bindobj
-    from musaenv.toolchains.pch import torch_flags
+    from musaenv.toolchains.cpp import bindobj
+    from musaenv.toolchains.cpp.compiler import torch_flags
 
     monkeypatch.setattr(bindobj, "module_object", lambda flags, cache, steps: tmp_path / "module.o")
     cache = tmp_path / "pch"
