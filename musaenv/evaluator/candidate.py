@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from musaenv.config import EvalConfig
+from musaenv.evaluator.awake import awake_cores
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
 from musaenv.evaluator.memory import oom_kills
 from musaenv.evaluator.pairing import Handoff, PairingError, RefSession, pair_calls
@@ -84,6 +85,8 @@ class CandidateRun:
             verdict is then ``cheating``, whatever the worker made of the refused build.
         binary_messages: The findings behind them (and warnings), one line each.
         binary_warnings: Warning flags of the built modules' imports (library compute under a lenient policy).
+        cores_awake: Whether the cores were kept out of halt while the CPU timing ran (:mod:`.awake`; ``None``: no
+            CPU timing).
     """
 
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
@@ -108,6 +111,7 @@ class CandidateRun:
     binary_messages: list[str] = field(default_factory=list)
     binary_warnings: list[str] = field(default_factory=list)
     paired: PairedSamples | None = None
+    cores_awake: bool | None = None
 
 
 # Stages in which no candidate verdict can be earned: "start" ends before the candidate's code runs, and "draw" only
@@ -409,6 +413,8 @@ def _drive(
                         held = True
                     if phase == "timing":  # extra threads buy no extra cores (cpu_watch.pin_threads)
                         pin_threads(worker.pid, timing_cpus(run.cpu_budget))
+                        if untimed_free:  # CPU time: no core halts between calls (musaenv.evaluator.awake)
+                            run.cores_awake = stack.enter_context(awake_cores())
                     watch.start(phase)
                     worker.chan.send(Go().to_dict(), give_up=clock.over)
                 clock.restart(timeouts[phase])

@@ -16,6 +16,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields, replace
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from musaenv.config import TimingConfig
+from musaenv.evaluator.awake import awake_cores
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.pairing import PairingError, RefSession
@@ -304,7 +306,8 @@ class ReferenceService:
             pin_threads(worker.pid, set(os.sched_getaffinity(0)))
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
         out.timing_note = cached[1] if cached else ""
-        collected, skips = self._exchange(worker, req, task, plan, timeout_s, out)
+        with awake_cores() if req.timing and self.device == "cpu" else nullcontext():  # see .awake
+            collected, skips = self._exchange(worker, req, task, plan, timeout_s, out)
         n = plan.n_trials
         out.trials, out.rechecks, out.skips = collected[:n], collected[n:], skips[:n]
         out.stress = {len(plan.trials) + j: t for j, t in enumerate(plan.stress)}

@@ -370,7 +370,8 @@ def _assess(
     """The runtime findings; a report the parent cannot read is the worker's (so the candidate's) fault."""
     cand = [arrays for arrays, _, _ in run.trials]
     try:
-        return assess_runtime(run.runtime, run.runtime_arrays, cand, [r for r, _ in ref.trials], mask, tol, settings)
+        refs = [r for r, _ in ref.trials]
+        return assess_runtime(run.runtime, run.runtime_arrays, cand, refs, mask, tol, settings, frozenset(ref.stress))
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
         rt = RuntimeFindings()
         rt.add("protocol_violation", f"the worker's runtime report is malformed ({type(e).__name__}: {e})")
@@ -422,7 +423,7 @@ def attach_timing(
         speedup_low=est.low,
         speedup_high=est.high,
         timing_pairs=est.pairs,
-        extra={**result.extra, **est.extra},
+        extra={**result.extra, **est.extra, **({} if run.cores_awake is None else {"cores_awake": run.cores_awake})},
     )
 
 
