@@ -7,7 +7,9 @@ each call its own CPU time, so a 1.4 ms reference call beside a 5.7 ms candidate
 0.35 on an idle 2-core VM and 0.25-0.28 with busy loops beside it (where no core ever halts). Holding a PM QoS
 request of 0 us CPU wake-up latency (``/dev/cpu_dma_latency``, the knob latency benchmarks and ``tuned``'s
 latency-performance profile use) makes idle cores poll instead of halting, as they do under load: with it held,
-idle and loaded read 0.25-0.27 alike (docs/scaling.md, run 9).
+idle and loaded read 0.25-0.27 alike (docs/scaling.md, runs 9 and 10). Not free of its own effect: the request
+applies to every CPU, and polling idle cores seemed to slow a vectorised reference (GELU, 1.8-2.3 ms) on this VM,
+where a halted sibling would not; a request for the timing CPUs alone is the refinement to measure next.
 
 The request needs root (the device is mode 600). Without it nothing is held, the timing is measured as before and
 :func:`awake_cores` yields False, which the result says (``extra["cores_awake"]``). ``MUSAENV_CORES_AWAKE=0`` opts
