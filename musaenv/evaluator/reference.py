@@ -17,7 +17,7 @@ import platform
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
@@ -322,9 +322,7 @@ class ReferenceService:
             ReferenceError_: the worker failed twice, or the reference program failed.
         """
         specs = plan.trial_specs()
-        base = self._request(task, plan, None)
-        same = {f.name: getattr(base, f.name) for f in fields(base)}
-        req = ConditionRequest(**{**same, "trials": [specs[i] for i in trials], "timing": None})
+        req = replace(self._request(task, plan, None, kind=ConditionRequest), trials=[specs[i] for i in trials])
 
         def ask() -> dict[int, str]:
             worker = self._ensure_worker()
