@@ -173,7 +173,7 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
 
 def _adversarial(placeholders: dict[str, str], policy: str) -> list[Candidate]:
     from tests.adversarial import test_adversarial as adv
-    from tests.adversarial.kernels import CANDIDATES_DIR, render
+    from tests.adversarial.hostile_kernels import CANDIDATES_DIR, render
     from tests.adversarial.test_measurement_escapes import MEASURE_DIR, render_measure
 
     out = []

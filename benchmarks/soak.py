@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the adversarial suite's candidates are rendered by tests.adversarial.kernels
+if str(ROOT) not in sys.path:  # the adversarial suite's candidates are rendered by tests.adversarial.hostile_kernels
     sys.path.insert(0, str(ROOT))
 
 from musaenv import _env  # noqa: E402
@@ -47,7 +47,7 @@ WEIGHTS = {"honest": 0.4, "broken": 0.3, "hostile": 0.3}
 
 def responses() -> dict[str, list[tuple[str, str]]]:
     """The responses by kind: ``{kind: [(name, text), ...]}``."""
-    from tests.adversarial.kernels import render
+    from tests.adversarial.hostile_kernels import render
 
     honest = solution_source(TASK, "cpu")
     broken = [

@@ -65,7 +65,7 @@ class Traps:
         return int(self.listener.getsockname()[1])
 
     def subs(self) -> dict[str, str]:
-        """Placeholder values for :func:`tests.adversarial.kernels.render`."""
+        """Placeholder values for :func:`tests.adversarial.hostile_kernels.render`."""
         return {"PWNED_PATH": str(self.pwned_path), "CACHE_PATH": str(self.cache_path), "PORT": str(self.port)}
 
     def connections(self) -> int:

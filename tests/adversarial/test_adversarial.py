@@ -29,7 +29,7 @@ from musaenv.tasks.task import Task, load_task_file
 from musaenv.types import EvalResult, Stage
 from musaenv.verification.coverage import KERNEL_COVERAGE_FLOOR
 from tests.adversarial.containment import Traps, become_subreaper, stray_processes, traps
-from tests.adversarial.kernels import CANDIDATES_DIR, DATA_DIR, render
+from tests.adversarial.hostile_kernels import CANDIDATES_DIR, DATA_DIR, render
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from musaenv.tasks.builtin import get_task
 from musaenv.tasks.task import Task
 from musaenv.types import EvalResult, Stage
 from tests.adversarial.containment import Traps, become_subreaper, stray_processes, traps
-from tests.adversarial.kernels import preamble, render
+from tests.adversarial.hostile_kernels import preamble, render
 from tests.adversarial.test_adversarial import FULL, RUNTIME_ONLY, RuntimeOnlyEvaluator
 
 pytestmark = pytest.mark.slow

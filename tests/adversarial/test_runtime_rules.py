@@ -31,7 +31,7 @@ from musaenv.verification.runtime import (
     input_dependence_failures,
     is_allowed_aten_op,
 )
-from tests.adversarial.kernels import DIRTY_HEADER, DIRTY_SNIPPETS
+from tests.adversarial.hostile_kernels import DIRTY_HEADER, DIRTY_SNIPPETS
 
 STRICT = RuntimeSettings(policy="strict", checks=True)
 TOL = (1e-4, 1e-4)

@@ -17,7 +17,7 @@ from musaenv.verification import analyze_candidate
 from musaenv.verification.hack_classes import HACK_CLASSES
 from musaenv.verification.rules import LAYERS, RULES, SEVERITIES, get_rule
 from musaenv.verification.rules_doc import markdown
-from tests.adversarial.kernels import render
+from tests.adversarial.hostile_kernels import render
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "musaenv"
