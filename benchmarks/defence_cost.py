@@ -21,7 +21,10 @@ writes JSON. It never asserts.
 Usage (repository root)::
 
     python benchmarks/defence_cost.py [--tasks l1_relu l2_linear_relu l3_mlp] [--reps 3] [--before 2c0945e]
-        [--out out/defence_cost.json]
+        [--configs round2 default ...] [--out out/defence_cost.json]
+
+A second table splits the default's paired timing per evaluation (``extra["timing_cost"]``): prepares, calls,
+and the handshake that clocks each call from outside the worker, the outside measurement's own cost.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ class TaskCost:
     eval_s: dict[str, list[float]] = field(default_factory=dict)
     sandbox_ms: list[float] = field(default_factory=list)
     stages: dict[str, list[str]] = field(default_factory=dict)
+    timing_cost: list[dict[str, Any]] = field(default_factory=list)  # "default" only: extra["timing_cost"] per eval
 
 
 class BeforeCode:
@@ -172,8 +176,10 @@ def _wait_spare(ev: LocalEvaluator) -> None:
         spare.wait_ready(SPARE_READY_TIMEOUT_S)
 
 
-def _runtime_cost(task_id: str, source: str, reps: int, cost: TaskCost, before: BeforeCode | None) -> None:
-    evaluators = {name: LocalEvaluator("cpu", _config(kw)) for name, kw in RUNTIME_CONFIGS.items()}
+def _runtime_cost(
+    task_id: str, source: str, reps: int, cost: TaskCost, before: BeforeCode | None, configs: list[str]
+) -> None:
+    evaluators = {name: LocalEvaluator("cpu", _config(RUNTIME_CONFIGS[name])) for name in configs}
     task = get_task(task_id)
     try:
         for ev in evaluators.values():  # warm-up: build cache, reference timing cache, spare worker
@@ -191,6 +197,8 @@ def _runtime_cost(task_id: str, source: str, reps: int, cost: TaskCost, before: 
                 r = ev.evaluate(task, source, seed=rep + 1)
                 cost.eval_s.setdefault(name, []).append(time.perf_counter() - t0)
                 cost.stages.setdefault(name, []).append(r.stage.value)
+                if name == "default" and "timing_cost" in r.extra:
+                    cost.timing_cost.append(r.extra["timing_cost"])
                 total = r.extra.get("sandbox", {}).get("timings_ms", {}).get("total")
                 if total is not None:
                     cost.sandbox_ms.append(float(total))
@@ -205,7 +213,8 @@ def _median(xs: list[float]) -> float | None:
 
 
 def _table(costs: list[TaskCost]) -> str:
-    names = [*RUNTIME_CONFIGS, *(["before"] if any("before" in c.eval_s for c in costs) else [])]
+    ran = [n for n in RUNTIME_CONFIGS if any(n in c.eval_s for c in costs)]
+    names = [*ran, *(["before"] if any("before" in c.eval_s for c in costs) else [])]
     head = f"{'task':<22}{'static strict':>14}{'static off':>11}{'sandbox':>9}" + "".join(f"{n:>10}" for n in names)
     head += f"{'all - base':>12}{'ratio':>7}{'now/rd2':>9}{'ded/rd2':>9}"
     if "before" in names:  # today's code with parts off, and whole, against the other revision's evaluation
@@ -224,6 +233,34 @@ def _table(costs: list[TaskCost]) -> str:
     return "\n".join(lines)
 
 
+def _split_table(costs: list[TaskCost]) -> str:
+    """Where the default's paired timing spends its wall time, per evaluation (medians over the repetitions, ms):
+    the two sides' prepares (inputs drawn, cache flushed), their calls as the parent clocked them, and of those the
+    handshake that clocks each call from outside the worker; ``shake/bef``: that handshake against the whole
+    evaluation of the other revision (the outside measurement's own cost)."""
+    head = f"{'default, per eval (ms)':<22}{'calls':>6}{'ref prep':>10}{'cand prep':>10}{'ref call':>10}"
+    head += f"{'cand call':>10}{'handshake':>10}{'eval':>9}{'shake/bef':>10}"
+    lines = [head]
+    for c in costs:
+        if not c.timing_cost:
+            continue
+
+        def med(side: str, part: str, tc: list[dict[str, Any]] = c.timing_cost) -> float:
+            return statistics.median(float(t[side][part]) for t in tc)
+
+        shake = statistics.median(
+            float(t["reference"]["handshake"] + t["candidate"]["handshake"]) for t in c.timing_cost
+        )
+        calls = statistics.median(int(t["calls"]) for t in c.timing_cost)
+        row = f"{c.task:<22}{calls:>6.0f}{med('reference', 'prepare'):>10.1f}{med('candidate', 'prepare'):>10.1f}"
+        row += f"{med('reference', 'window'):>10.1f}{med('candidate', 'window'):>10.1f}{shake:>10.1f}"
+        row += f"{(_median(c.eval_s.get('default', [])) or 0) * 1e3:>9.0f}"
+        bef = _median(c.eval_s.get("before", []))
+        row += f"{shake / (bef * 1e3):>10.1%}" if bef else f"{'':>10}"
+        lines.append(row)
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def _ratio(med: dict[str, float | None], now: str, before: str) -> str:
     a, b = med.get(now), med.get(before)
     return f"{a / b:>9.2f}" if a and b else f"{'':>9}"
@@ -236,6 +273,7 @@ def main() -> None:
     help_before = f"also evaluate with this revision's code (bare --before: {ROUND2_REV}, round 2's last)"
     p.add_argument("--before", nargs="?", const=ROUND2_REV, default=None, metavar="REV", help=help_before)
     p.add_argument("--out", type=Path, default=Path("out/defence_cost.json"))
+    p.add_argument("--configs", nargs="+", choices=list(RUNTIME_CONFIGS), default=list(RUNTIME_CONFIGS))
     args = p.parse_args()
     costs = []
     with tempfile.TemporaryDirectory(prefix="defence-cost-before-") as tmp:
@@ -244,17 +282,18 @@ def main() -> None:
             for task_id in args.tasks:
                 source = solution_source(task_id, "cpu")
                 cost = TaskCost(task_id, static_ms=_static_cost(source, max(args.reps, 5)))
-                _runtime_cost(task_id, source, args.reps, cost, before)
+                _runtime_cost(task_id, source, args.reps, cost, before, args.configs)
                 costs.append(cost)
                 print(f"measured {task_id}", flush=True)
         finally:
             if before is not None:
                 before.close()
     print(_table(costs))
+    print(_split_table(costs))
     record = {
         "host": platform.node(),
         "python": platform.python_version(),
-        "configs": RUNTIME_CONFIGS,
+        "configs": {n: RUNTIME_CONFIGS[n] for n in args.configs},
         "before": args.before,
         "reps": args.reps,
         "load_average": os.getloadavg(),

@@ -120,6 +120,8 @@ class _Side:
     own_ms: list[float] = field(default_factory=list)
     out_ms: list[float] = field(default_factory=list)  # CPU time since the end of its previous window
     faults: list[tuple[int, int]] = field(default_factory=list)  # per window: (minor, major) page faults
+    prep_ms: list[float] = field(default_factory=list)  # per call, wall: asked to prepare -> ready
+    wall_ms: list[float] = field(default_factory=list)  # per call, wall: time_call sent -> time_done read
     last_ns: int | None = None
 
     def page_faults(self) -> tuple[int, int] | None:
@@ -131,6 +133,7 @@ class _Side:
 def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
     """Call ``index`` of ``side`` on inputs drawn from ``seed``: prepared when told, then timed by this process from
     call to answer."""
+    asked = time.perf_counter_ns()
     side.send(TimePrepare(index=index, seed=seed).to_dict())
     ready = side.recv()
     if isinstance(ready, (TimeReady, TimeDone)) and (not isinstance(ready, TimeReady) or ready.index != index):
@@ -150,6 +153,8 @@ def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
     if not isinstance(done, TimeDone):
         return done
     side.ms.append(((c1 - c0) if side.cpu is not None else (t1 - t0)) / 1e6)
+    side.prep_ms.append((t0 - asked) / 1e6)
+    side.wall_ms.append((t1 - t0) / 1e6)
     if f0 is not None and f1 is not None:
         side.faults.append((f1[0] - f0[0], f1[1] - f0[1]))
     if side.cpu is not None and side.last_ns is not None:
@@ -228,6 +233,7 @@ def _pair_calls(
         r.ms[:n], c.ms[:n], r.own_ms[:n], c.own_ms[:n], firsts[:n], prints, ref_timing.baseline_note,
         clock="cpu" if c.cpu is not None else "wall", ref_out_ms=r.out_ms, cand_out_ms=c.out_ms,
         unsettled=sum(int(getattr(side.cpu, "unsettled", 0)) for side in (r, c)), seeds=seeds,
-        ref_faults=r.faults[:n], cand_faults=c.faults[:n],
+        ref_faults=r.faults[:n], cand_faults=c.faults[:n], ref_prep_ms=r.prep_ms[:n], cand_prep_ms=c.prep_ms[:n],
+        ref_wall_ms=r.wall_ms[:n], cand_wall_ms=c.wall_ms[:n],
     )  # fmt: skip
     return samples, handoff

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from musaenv.timing.paired import PairedSamples, fault_extra, outside_work, paired_evidence, sample_mismatch
+from musaenv.timing.paired import PairedSamples, cost_extra, fault_extra, outside_work, paired_evidence, sample_mismatch
 from musaenv.types import TimingStats
 
 __all__ = ["METHODS", "Estimate", "PairedTiming", "SeparateTiming", "TimingFindings", "TimingMethod", "timing_method"]
@@ -100,7 +100,9 @@ class PairedTiming(TimingMethod):
         speedup, low, high = got
         cand = TimingStats.from_samples([paired.cand_ms[i] for i in idx])
         ref_stats = TimingStats.from_samples([paired.ref_ms[i] for i in idx])
-        return Estimate(cand, ref_stats, speedup, low, high, len(idx), fault_extra(paired, calls))
+        return Estimate(
+            cand, ref_stats, speedup, low, high, len(idx), {**fault_extra(paired, calls), **cost_extra(paired)}
+        )
 
     def findings(self, paired: PairedSamples | None) -> TimingFindings:
         if paired is None:

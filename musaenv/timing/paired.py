@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "CONFIDENCE",
     "PairedSamples",
+    "cost_extra",
     "fault_extra",
     "median_interval",
     "outside_work",
@@ -83,6 +84,12 @@ class PairedSamples:
         ref_faults: Per pair, the reference worker's ``(minor, major)`` page faults inside its window, as the
             parent read them from the kernel (CPU clock only; empty otherwise).
         cand_faults: The candidate's, likewise.
+        ref_prep_ms: Per call, the parent's wall time from asking the reference to prepare it (its inputs drawn, the
+            cache flushed) to its readiness: what pairing costs beyond the calls themselves.
+        cand_prep_ms: The candidate's, likewise.
+        ref_wall_ms: Per call, the parent's wall time from sending ``time_call`` to reading ``time_done``: the
+            call plus the handshake that clocks it from outside (two messages and the kernel's accounting read).
+        cand_wall_ms: The candidate's, likewise.
     """
 
     ref_ms: list[float]
@@ -100,6 +107,10 @@ class PairedSamples:
     seeds: list[int] = field(default_factory=list)
     ref_faults: list[tuple[int, int]] = field(default_factory=list)
     cand_faults: list[tuple[int, int]] = field(default_factory=list)
+    ref_prep_ms: list[float] = field(default_factory=list)
+    cand_prep_ms: list[float] = field(default_factory=list)
+    ref_wall_ms: list[float] = field(default_factory=list)
+    cand_wall_ms: list[float] = field(default_factory=list)
 
     @property
     def pairs(self) -> int:
@@ -210,6 +221,27 @@ def fault_extra(p: PairedSamples, calls: list[int] | None = None) -> dict[str, o
             },
             "major_pairs": major,
             "left_out": [i for i in major if i not in kept],
+        }
+    }
+
+
+def cost_extra(p: PairedSamples) -> dict[str, object]:
+    """``extra["timing_cost"]``: where the pairing's wall time went, per side (ms, summed over its calls):
+    ``prepare`` (inputs drawn and cache flushed before each call), ``window`` (each call as the parent clocked it)
+    and, of the window, ``handshake``: the window less the worker's own measure of its call, i.e. what clocking
+    each call from outside the worker adds (benchmarks/defence_cost.py reads it). Empty when not recorded."""
+    if not p.ref_wall_ms or not p.cand_wall_ms:
+        return {}
+
+    def side(prep: list[float], wall: list[float], own: list[float]) -> dict[str, float]:
+        shake = sum(max(w - o, 0.0) for w, o in zip(wall, own, strict=False))
+        return {"prepare": round(sum(prep), 1), "window": round(sum(wall), 1), "handshake": round(shake, 1)}
+
+    return {
+        "timing_cost": {
+            "calls": p.pairs,
+            "reference": side(p.ref_prep_ms, p.ref_wall_ms, p.ref_own_ms),
+            "candidate": side(p.cand_prep_ms, p.cand_wall_ms, p.cand_own_ms),
         }
     }
 

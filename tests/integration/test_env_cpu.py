@@ -56,6 +56,10 @@ def test_reference_paired_by_default_cached_on_a_dedicated_host_or_beside_every_
         assert r.speedup_low is not None and r.speedup_high is not None
         assert r.speedup_low <= r.speedup <= r.speedup_high
         assert isinstance(r.extra["cores_awake"], bool)  # whether idle cores polled while timed (evaluator.awake)
+        cost = r.extra["timing_cost"]  # where the pairing's time went, per side (benchmarks/defence_cost.py)
+        assert cost["calls"] == r.timing_pairs, cost
+        for side in ("reference", "candidate"):
+            assert cost[side]["prepare"] > 0 and cost[side]["window"] >= cost[side]["handshake"] >= 0, cost
     assert paired[0].ref_timing != paired[1].ref_timing
     host = FAST.replace(timing=FAST.timing.replace(reference="dedicated_host"))
     with LocalEvaluator("cpu", host) as ev:

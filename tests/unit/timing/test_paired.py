@@ -23,7 +23,7 @@ from musaenv.isolation.channel import Channel
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import Result, TimeDone, TimeReady, Timing, decode
 from musaenv.isolation.plans import TimingPlan
-from musaenv.timing.paired import PairedSamples, fault_extra, median_interval, outside_work, sample_mismatch
+from musaenv.timing.paired import PairedSamples, cost_extra, fault_extra, median_interval, outside_work, sample_mismatch
 from musaenv.timing.timers import DeviceClock, time_gated
 from musaenv.worker.trials import ChannelGate
 
@@ -278,3 +278,18 @@ def test_page_faults_counts_a_page_read_back_from_disk(tmp_path: Any) -> None:
         after = page_faults(os.getpid())
     assert total >= 0 and after[1] > before[1] and after[0] >= before[0]
     assert page_faults(2**22 + 12345) == (0, 0)  # no such process
+
+
+def test_cost_extra_splits_the_pairing_per_side_and_subtracts_the_workers_own_call() -> None:
+    """Prepares and windows are summed per side; the handshake is each window less the worker's own measure."""
+    p = PairedSamples(
+        [1.0, 1.0], [2.0, 2.0], [1.0, 1.0], [2.0, 2.5], [True, False],
+        ref_prep_ms=[10.0, 12.0], cand_prep_ms=[11.0, 13.0], ref_wall_ms=[1.5, 1.25], cand_wall_ms=[2.5, 2.0],
+    )  # fmt: skip
+    got = cost_extra(p)["timing_cost"]
+    assert got == {
+        "calls": 2,
+        "reference": {"prepare": 22.0, "window": 2.8, "handshake": 0.8},
+        "candidate": {"prepare": 24.0, "window": 4.5, "handshake": 0.5},  # a window under its own measure: 0
+    }
+    assert cost_extra(PairedSamples([1.0], [1.0], [1.0], [1.0], [True])) == {}  # not recorded: nothing claimed
