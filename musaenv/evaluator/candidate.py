@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from musaenv.config import EvalConfig
-from musaenv.evaluator.awake import awake_cores
+from musaenv.evaluator.awake import Awake, awake_cores
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
 from musaenv.evaluator.memory import oom_kills
 from musaenv.evaluator.pairing import Handoff, PairingError, RefSession, pair_calls
@@ -85,8 +85,8 @@ class CandidateRun:
             verdict is then ``cheating``, whatever the worker made of the refused build.
         binary_messages: The findings behind them (and warnings), one line each.
         binary_warnings: Warning flags of the built modules' imports (library compute under a lenient policy).
-        cores_awake: Whether the cores were kept out of halt while the CPU timing ran (:mod:`.awake`; ``None``: no
-            CPU timing).
+        cores_awake: How the timing CPUs were kept out of halt while the CPU timing ran (:mod:`.awake`: ``"cpus"``,
+            ``"global"`` or ``False``; ``None``: no CPU timing).
     """
 
     trials: list[tuple[list[np.ndarray], list[str], list[str]]] = field(default_factory=list)
@@ -111,7 +111,7 @@ class CandidateRun:
     binary_messages: list[str] = field(default_factory=list)
     binary_warnings: list[str] = field(default_factory=list)
     paired: PairedSamples | None = None
-    cores_awake: bool | None = None
+    cores_awake: Awake | None = None
 
 
 # Stages in which no candidate verdict can be earned: "start" ends before the candidate's code runs, and "draw" only
@@ -412,9 +412,10 @@ def _drive(
                         stack.enter_context(device_slot)
                         held = True
                     if phase == "timing":  # extra threads buy no extra cores (cpu_watch.pin_threads)
-                        pin_threads(worker.pid, timing_cpus(run.cpu_budget))
-                        if untimed_free:  # CPU time: no core halts between calls (musaenv.evaluator.awake)
-                            run.cores_awake = stack.enter_context(awake_cores())
+                        cpus = timing_cpus(run.cpu_budget)
+                        pin_threads(worker.pid, cpus)
+                        if untimed_free:  # CPU time: no timing core halts between calls (musaenv.evaluator.awake)
+                            run.cores_awake = stack.enter_context(awake_cores(cpus))
                     watch.start(phase)
                     worker.chan.send(Go().to_dict(), give_up=clock.over)
                 clock.restart(timeouts[phase])

@@ -300,13 +300,12 @@ class ReferenceService:
         worker = self._ensure_worker()
         req = self._request(task, plan, timing_cfg, calls, probes)
         cached = self._cached(task, plan) if timing_cfg and not req.timing else None
-        if req.timing and self.device == "cpu":  # timed on the same cores a candidate's timed calls get
-            pin_threads(worker.pid, timing_cpus(self.cpu_threads))
-        else:
-            pin_threads(worker.pid, set(os.sched_getaffinity(0)))
+        # timed on the same cores a candidate's timed calls get; untimed, anywhere
+        timed_cpus = timing_cpus(self.cpu_threads) if req.timing and self.device == "cpu" else None
+        pin_threads(worker.pid, timed_cpus or set(os.sched_getaffinity(0)))
         out = RefOutputs(timing=cached[0] if cached else None, recheck_calls=calls)
         out.timing_note = cached[1] if cached else ""
-        with awake_cores() if req.timing and self.device == "cpu" else nullcontext():  # see .awake
+        with awake_cores(timed_cpus) if timed_cpus else nullcontext():  # see .awake
             collected, skips = self._exchange(worker, req, task, plan, timeout_s, out)
         n = plan.n_trials
         out.trials, out.rechecks, out.skips = collected[:n], collected[n:], skips[:n]
