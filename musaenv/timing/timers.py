@@ -223,6 +223,7 @@ def time_gated(
         read = None
         if seed is None:
             break
+        args = out = None  # the previous call's freed first: this call's inputs and output reuse the same pages
         args = _gated_args(i, seed, repeats, inputs, draw)
         if flush is not None:
             flush.fill_(float(i))
@@ -241,12 +242,22 @@ def time_gated(
         gate.done(i, (t1 - t0) / 1e6)
         run.host_samples_ms.append((t1 - t0) / 1e6)
         run.samples_ms.append(events[0].elapsed_time(events[1]) if events is not None else run.host_samples_ms[-1])
-        if i in keep:
-            run.kept_outputs[i] = out
+        if i in keep:  # a copy, made outside the window: the next call's output reuses this one's pages
+            run.kept_outputs[i] = _kept_copy(out)
     _finish_print(run, read, reference)  # the parent's word to prepare a call was not read: it ended otherwise
     if run.samples_ms:
         run.kept_outputs.setdefault(len(run.samples_ms) - 1, out)
     return run
+
+
+def _kept_copy(out: Any) -> Any:
+    """A kept timed output, its tensors copied (same values, fresh pages; a tuple or list keeps its type). Kept as
+    it was, the output would pin its pages, and a later call's output would fault fresh ones inside its window."""
+    if type(out) is torch.Tensor:
+        return out.clone()
+    if type(out) in (tuple, list):
+        return type(out)(o.clone() if type(o) is torch.Tensor else o for o in out)
+    return out
 
 
 def _finish_print(run: TimedRun, read: OutputRead | None, reference: bool) -> None:

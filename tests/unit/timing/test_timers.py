@@ -150,3 +150,35 @@ def test_clone_args_copies_tensors_only_and_cpu_has_no_events() -> None:
     a, b = clone_args([t, other])
     assert torch.equal(a, t) and a.data_ptr() != t.data_ptr() and b is other
     assert DeviceClock("cpu").events() is None
+
+
+def test_gated_calls_free_the_previous_call_before_drawing_and_keep_copies() -> None:
+    """A call's inputs are drawn once the previous call's inputs and output are gone (so they reuse those pages
+    instead of faulting fresh ones inside the window), and a kept output is a copy (it pins no page a later call's
+    output would have reused)."""
+    import weakref
+
+    alive: list[weakref.ref[torch.Tensor]] = []
+    pointers: list[int] = []
+
+    def draw(seed: int) -> list[torch.Tensor]:
+        assert all(r() is None for r in alive), "the previous call's tensors were alive while the next was drawn"
+        x = torch.full((64,), float(seed))
+        alive.append(weakref.ref(x))
+        return [x]
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        y = x + 1.0
+        alive.append(weakref.ref(y))
+        pointers.append(y.data_ptr())
+        return y
+
+    class Seeds(_Gate):
+        def prepare(self, index: int) -> int | None:
+            return index + 10 if index < self.calls else None
+
+    run = time_gated(fn, [], DeviceClock("cpu"), Seeds(4, []), warmup=0, repeats=4, flush_bytes=0, keep=[1],
+                     draw=draw)  # fmt: skip
+    assert len(run.samples_ms) == 4 and sorted(run.kept_outputs) == [1, 3]
+    assert torch.equal(run.kept_outputs[1], torch.full((64,), 12.0))
+    assert run.kept_outputs[1].data_ptr() != pointers[1]  # a copy (the original was freed before call 2 was drawn)
