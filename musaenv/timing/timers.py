@@ -214,9 +214,7 @@ def time_gated(
     for i in range(warmup):
         fn(*_warm_args(i, inputs, draw, warmup_seeds))
     clock.sync()
-    run = TimedRun([], [], {})
-    out: Any = None
-    read: OutputRead | None = None
+    run, out, read = TimedRun([], [], {}), None, None
     for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
         seed = gate.prepare(i)
         _finish_print(run, read, reference)  # the previous call's, now that the parent has read this worker's clock
