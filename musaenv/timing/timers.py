@@ -218,6 +218,8 @@ def time_gated(
     for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
         seed = gate.prepare(i)
         _finish_print(run, read, reference)  # the previous call's, now that the parent has read this worker's clock
+        if i - 1 in keep:  # copied now too (not in the window): the next call's output reuses the original's pages
+            run.kept_outputs[i - 1] = out if seed is None else _kept_copy(out)
         read = None
         if seed is None:
             break
@@ -240,8 +242,6 @@ def time_gated(
         gate.done(i, (t1 - t0) / 1e6)
         run.host_samples_ms.append((t1 - t0) / 1e6)
         run.samples_ms.append(events[0].elapsed_time(events[1]) if events is not None else run.host_samples_ms[-1])
-        if i in keep:  # a copy, made outside the window: the next call's output reuses this one's pages
-            run.kept_outputs[i] = _kept_copy(out)
     _finish_print(run, read, reference)  # the parent's word to prepare a call was not read: it ended otherwise
     if run.samples_ms:
         run.kept_outputs.setdefault(len(run.samples_ms) - 1, out)

@@ -152,11 +152,18 @@ def test_clone_args_copies_tensors_only_and_cpu_has_no_events() -> None:
     assert DeviceClock("cpu").events() is None
 
 
-def test_gated_calls_free_the_previous_call_before_drawing_and_keep_copies() -> None:
+def test_gated_calls_free_the_previous_call_before_drawing_and_keep_copies(monkeypatch: pytest.MonkeyPatch) -> None:
     """A call's inputs are drawn once the previous call's inputs and output are gone (so they reuse those pages
     instead of faulting fresh ones inside the window), and a kept output is a copy (it pins no page a later call's
-    output would have reused)."""
+    output would have reused), made only after the parent's next word (the parent reads the worker's CPU clock for
+    the window once the worker waits: a copy right after ``done`` would land in the window)."""
     import weakref
+
+    import musaenv.timing.timers as timers
+
+    events: list[str] = []
+    real_copy = timers._kept_copy
+    monkeypatch.setattr(timers, "_kept_copy", lambda out: events.append("copy") or real_copy(out))
 
     alive: list[weakref.ref[torch.Tensor]] = []
     pointers: list[int] = []
@@ -175,10 +182,13 @@ def test_gated_calls_free_the_previous_call_before_drawing_and_keep_copies() -> 
 
     class Seeds(_Gate):
         def prepare(self, index: int) -> int | None:
+            super().prepare(index)
             return index + 10 if index < self.calls else None
 
-    run = time_gated(fn, [], DeviceClock("cpu"), Seeds(4, []), warmup=0, repeats=4, flush_bytes=0, keep=[1],
+    run = time_gated(fn, [], DeviceClock("cpu"), Seeds(4, events), warmup=0, repeats=4, flush_bytes=0, keep=[1],
                      draw=draw)  # fmt: skip
+    assert events == ["prepare", "ready", "done"] * 2 + ["prepare", "copy", "ready", "done"] * 1 + ["prepare",
+                      "ready", "done", "prepare"]  # fmt: skip
     assert len(run.samples_ms) == 4 and sorted(run.kept_outputs) == [1, 3]
     assert torch.equal(run.kept_outputs[1], torch.full((64,), 12.0))
     assert run.kept_outputs[1].data_ptr() != pointers[1]  # a copy (the original was freed before call 2 was drawn)
