@@ -80,6 +80,12 @@ class TimingConfig(_Config):
         repeats: Timed calls; the median is reported (KernelBench uses 100 on GPU; fewer on the CPU tier).
         max_time_s: Stop timing early once this much wall time was spent (at least 3 calls are kept; paired
             timing: both programs' calls together).
+        min_pairs: Paired timing: pairs always run (up to ``repeats``) before :attr:`stop_width` may end it.
+        stop_width: Paired timing stops after :attr:`min_pairs` or more pairs once the speedup's 95 % interval is
+            this narrow: half its width in log space, ``(ln high - ln low) / 2``, at most ``stop_width`` (0.15:
+            the interval within about -14 % / +16 % of the median). A steady pair of programs then costs
+            ``min_pairs`` pairs, a noisy one up to ``repeats``. 0 runs every one of ``repeats`` pairs. Between
+            evaluations the speedup moved as much at 12 pairs as at 20 here (docs/verification.md, "Cost").
         flush_cache: Evict caches before each timed call (a buffer larger than the last-level cache).
         flush_bytes: Size of the eviction buffer; ``None`` = 32 MB on the CPU (more than this tier's caches) and
             256 MB on GPUs (KernelBench's L2 flush size; larger than an H100/H200 L2).
@@ -99,7 +105,8 @@ class TimingConfig(_Config):
             the last call). Each costs the reference a draw and a forward (~15-20 ms on the CPU tier of l1_relu;
             2, 4 and 8 probes gave 116, 128 and 113 repeated evaluations per minute side by side, i.e. below the
             noise); two catch a cheat that fakes half of the 17 unchecked calls of 20 79 % of the time, four
-            98.5 %. With ``reference="every"`` every timed call is checked anyway.
+            98.5 %. With ``reference="every"`` every timed call is checked anyway; paired timing (eager baseline)
+            checks every call through the reference's own timed outputs and runs no probes.
         enabled: When False, correctness only; speedup is ``None``.
         allocator: The C allocator's settings in both workers (docs/scaling.md, "Load independence"). ``steady``
             (default): glibc's ``malloc`` keeps freed memory and serves blocks under 32 MiB from its heap
@@ -111,6 +118,8 @@ class TimingConfig(_Config):
     warmup: int = 3
     repeats: int = 20
     max_time_s: float = 5.0
+    min_pairs: int = 10
+    stop_width: float = 0.15
     flush_cache: bool = True
     flush_bytes: int | None = None
     baseline: str = "eager"
@@ -125,6 +134,8 @@ class TimingConfig(_Config):
         _require(self.warmup >= 0, n, "warmup >= 0", self.warmup, "Use 0 to skip warm-up.")
         _require(self.repeats >= 1, n, "repeats >= 1", self.repeats, "Use enabled=False to skip timing.")
         _require(self.max_time_s > 0, n, "max_time_s > 0", self.max_time_s, "Give a positive budget.")
+        _require(self.min_pairs >= 3, n, "min_pairs >= 3", self.min_pairs, "An interval needs a few pairs.")
+        _require(self.stop_width >= 0, n, "stop_width >= 0", self.stop_width, "Use 0 to run every pair.")
         _require(
             self.flush_bytes is None or self.flush_bytes >= 0,
             n,

@@ -158,6 +158,8 @@ class LocalEvaluator:
             warmup=int(t.warmup),
             repeats=int(t.repeats),
             max_time_s=float(t.max_time_s),
+            min_pairs=int(t.min_pairs),
+            stop_width=float(t.stop_width),
             flush_bytes=int(flush) if t.flush_cache else 0,
             baseline=t.baseline,
             paired=timing_method(t.reference).gated and not self.backend.compile_only,
@@ -333,7 +335,10 @@ class LocalEvaluator:
             limit_s = self.config.run_timeout_s + self.config.timing_timeout_s
             if timed and timing and timing.baseline == "compile":
                 limit_s += self.config.compile_timeout_s  # torch.compile of the reference, once per task
-            checked = _checked_calls(plan, run, self.config.timing.probes)
+            # Probes check a sample of the timed calls by fingerprint; the reference timed beside the candidate
+            # fingerprinted every one of them on the same inputs already (checked in the verdict): none needed.
+            every = run.paired is not None and run.paired.ref_prints is not None
+            checked = _checked_calls(plan, run, 0 if every else self.config.timing.probes)
             with self._run_admission(task), (self._device_slot if timed else None) or nullcontext():
                 ref = self._reference.run(task, plan, timing, limit_s, *checked)
             self._judge_conditioning(task, plan, run, ref)

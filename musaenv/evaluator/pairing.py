@@ -7,7 +7,9 @@ afresh for the pair and sends to both workers, the cache flushed), waits for its
 :class:`~musaenv.isolation.messages.TimeDone` (the call ran and its output was read in full, as a fingerprint);
 then the other worker's call. One worker runs at a time, each prepares only when told, and nothing but the timed
 call runs in a window. Pair ``i`` is the two calls on input ``i``; who goes first
-alternates from pair to pair, so a slow first or second position cancels.
+alternates from pair to pair, so a slow first or second position cancels. At most ``repeats`` pairs run; after
+``min_pairs`` the parent stops at an even count (both orders alike) once the speedup's interval is ``stop_width``
+narrow (:func:`~musaenv.timing.paired.settled`): a steady pair of programs is not timed longer than it needs.
 
 The sample of a call is measured by the parent from sending the call to reading its answer: on the CPU the worker
 process's CPU time over that window, read from the kernel's accounting (:func:`~musaenv.evaluator.cpu_watch.
@@ -35,7 +37,7 @@ from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import Result, TimeCall, TimeDone, TimeEnd, TimePrepare, TimeReady, Timing, decode
 from musaenv.isolation.plans import TimingPlan
 from musaenv.isolation.process import WorkerProcess
-from musaenv.timing.paired import PairedSamples
+from musaenv.timing.paired import PairedSamples, settled
 
 __all__ = ["Handoff", "PairingError", "RefSession", "pair_calls"]
 
@@ -218,7 +220,9 @@ def _pair_calls(
         i += 1
         if handoff is not None:
             break
-        if i >= repeats or (i >= 3 and time.monotonic() > end and not any(k >= i for k in keep)):
+        kept = not any(k >= i for k in keep)
+        enough = i >= timing.min_pairs and i % 2 == 0 and kept and settled(r.ms, c.ms, timing.stop_width)
+        if i >= repeats or enough or (i >= 3 and time.monotonic() > end and kept):
             c.send(TimeEnd().to_dict())  # both wait for a word after every call, the last one too
             r.send(TimeEnd().to_dict())
             break

@@ -58,3 +58,7 @@ class TimingPlan(Message):
     """The reference's timed baseline: ``eager`` or ``compile`` (torch.compile)."""
     paired: bool = False
     """The parent times each call beside the other worker (:mod:`musaenv.evaluator.pairing`)."""
+    min_pairs: int = 0
+    """Paired: pairs run before ``stop_width`` may end the timing (``TimingConfig.min_pairs``)."""
+    stop_width: float = 0.0
+    """Paired: stop once the speedup's interval is this narrow in log space (0: run ``repeats`` pairs)."""

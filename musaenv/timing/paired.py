@@ -23,6 +23,7 @@ __all__ = [
     "outside_work",
     "paired_evidence",
     "sample_mismatch",
+    "settled",
 ]
 
 CONFIDENCE = 0.95
@@ -55,6 +56,18 @@ def median_interval(values: list[float], confidence: float = CONFIDENCE) -> tupl
         k = j + 1
     k = max(k, 1)
     return xs[k - 1], xs[n - k]
+
+
+def settled(ref_ms: list[float], cand_ms: list[float], width: float) -> bool:
+    """True when the speedup of these pairs is known to ``width``: its :func:`median_interval` spans at most
+    ``2 * width`` in log space (``TimingConfig.stop_width``; a pair with a zero or negative time makes it unknown).
+    The rule reads only how far apart the pairs' ratios lie, never where they lie, so when a run stops does not
+    lean its median either way."""
+    ratios = [r / c for r, c in zip(ref_ms, cand_ms, strict=False) if r > 0 and c > 0]
+    if width <= 0 or len(ratios) < len(ref_ms) or len(ratios) < 3:
+        return False
+    lo, hi = median_interval(ratios)
+    return math.log(hi) - math.log(lo) <= 2 * width
 
 
 @dataclass(frozen=True)

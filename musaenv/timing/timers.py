@@ -208,11 +208,16 @@ def time_gated(
     returns None on, after the last call too: until then the worker waits (its CPU clock is read then), and only
     after that word does it finish the fingerprint of the call before (:func:`_finish_print`).
 
-    ``draw`` (seed -> fresh inputs): a call whose seed the parent sends is drawn when prepared, warm-up call ``j``
-    from ``warmup_seeds[j]`` when it runs (``inputs`` may be empty): no timed input exists before its call does."""
+    ``draw`` (seed -> fresh inputs): a call whose seed the parent sends is drawn when prepared, the warm-up calls
+    run on clones of one input drawn from ``warmup_seeds[0]`` (``inputs`` may be empty): no timed input exists
+    before its call does."""
     flush = _flush_buffer(clock, flush_bytes)
+    drawn: Sequence[Any] | None = None
     for i in range(warmup):
-        fn(*_warm_args(i, inputs, draw, warmup_seeds))
+        if draw is not None and warmup_seeds and drawn is None:
+            drawn = draw(warmup_seeds[0])  # drawn once: warm-up calls need the program's paths warm, not new data
+        fn(*(clone_args(drawn) if drawn is not None else _warm_args(i, inputs)))
+    drawn = None
     clock.sync()
     run, out, read = TimedRun([], [], {}), None, None
     for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
@@ -268,12 +273,8 @@ def _finish_print(run: TimedRun, read: OutputRead | None, reference: bool) -> No
     run.fingerprints.append(full if reference else [[row[:2] for row in rows] for rows in full])
 
 
-def _warm_args(
-    i: int, inputs: Sequence[Sequence[Any]], draw: Callable[[int], Sequence[Any]] | None, seeds: Sequence[int]
-) -> Sequence[Any]:
-    """Warm-up call ``i``'s inputs: drawn from its own seed when there are seeds, else a clone from the pool's end."""
-    if draw is not None and seeds:
-        return draw(seeds[i % len(seeds)])
+def _warm_args(i: int, inputs: Sequence[Sequence[Any]]) -> Sequence[Any]:
+    """Warm-up call ``i``'s inputs without a draw: a clone from the pool's end."""
     return clone_args(inputs[-1 - i % len(inputs)])
 
 

@@ -120,8 +120,9 @@ def run_timing(
     drawn: DrawnInputs,
     note: dict[str, Any] | None = None,
     reference_prints: bool = False,
-) -> tuple[TimedRun, list[list[Any]]]:
-    """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and pool.
+) -> tuple[TimedRun, Callable[[], list[list[Any]]]]:
+    """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and the
+    inputs for the runtime checks' re-measure (drawn when asked for: the reference never asks).
 
     ``reference_prints``: fingerprints in the reference's form (the eager reference, whose timed outputs bound
     every timed output of a candidate on the same pool)."""
@@ -143,14 +144,16 @@ def run_timing(
             gate = ChannelGate(chan)
             warm = [t.seed + t.pool + j for j in range(t.warmup)]  # none a timed call's
             run = time_gated(model, [], clock, gate, draw=draw, warmup_seeds=warm, **common)
-            # the runtime checks after timing re-run a few calls: on inputs drawn now, from the calls' seeds
-            pool = [draw(s) for s in gate.seeds[:3] or warm[:1] or [t.seed]]
+            # the runtime checks after timing re-run a few calls: on one timed call's input, drawn again then
+            seeds = gate.seeds[:1] or warm[:1] or [t.seed]
+            pool: Callable[[], list[list[Any]]] = lambda: [draw(s) for s in seeds]  # noqa: E731
         else:
             try:
-                pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
+                drawn_pool = [to_device(args, device) for args in drawn.pool_inputs(program, t)]
             except Exception as e:
                 raise InputDrawError(f"drawing the timing inputs failed:\n{format_exc(e)}") from None
-            run = time_forward(model, pool, clock, max_time_s=t.max_time_s, **common)
+            run = time_forward(model, drawn_pool, clock, max_time_s=t.max_time_s, **common)
+            pool = lambda: drawn_pool  # noqa: E731
     kept_idx = sorted(run.kept_outputs)
     arrays: list[Any] = []
     counts: list[int] = []

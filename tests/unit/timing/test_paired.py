@@ -23,7 +23,15 @@ from musaenv.isolation.channel import Channel
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import Result, TimeDone, TimeReady, Timing, decode
 from musaenv.isolation.plans import TimingPlan
-from musaenv.timing.paired import PairedSamples, cost_extra, fault_extra, median_interval, outside_work, sample_mismatch
+from musaenv.timing.paired import (
+    PairedSamples,
+    cost_extra,
+    fault_extra,
+    median_interval,
+    outside_work,
+    sample_mismatch,
+    settled,
+)
 from musaenv.timing.timers import DeviceClock, time_gated
 from musaenv.worker.trials import ChannelGate
 
@@ -120,7 +128,13 @@ def _frame_values() -> set[float]:
 
 
 def _serve(
-    chan: Channel, name: str, log: list[tuple[str, int]], forge: bool, repeats: int, seen: dict[str, Any] | None = None
+    chan: Channel,
+    name: str,
+    log: list[tuple[str, int]],
+    forge: bool,
+    repeats: int,
+    seen: dict[str, Any] | None = None,
+    sleep_s: Any = lambda call: 0.05,
 ) -> None:
     calls = iter(range(-1, repeats))  # -1: the warm-up call
 
@@ -133,7 +147,7 @@ def _serve(
         log.append((name, call))
         if seen is not None:
             seen.setdefault(name, []).append(float(x[0]))
-        time.sleep(0.05)  # long enough that a forged sample is far from the parent's window
+        time.sleep(sleep_s(call))  # 50 ms: long enough that a forged sample is far from the parent's window
         return x * 2
 
     def draw(seed: int) -> list[torch.Tensor]:
@@ -147,8 +161,10 @@ def _serve(
         chan.send(Result().to_dict())
 
 
-def _plan(repeats: int, max_time_s: float, keep: list[int] | None = None) -> TimingPlan:
-    return TimingPlan(seed=0, pool=1, warmup=0, repeats=repeats, max_time_s=max_time_s, flush_bytes=0, keep=keep or [])
+def _plan(repeats: int, max_time_s: float, keep: list[int] | None = None, **stop: Any) -> TimingPlan:
+    return TimingPlan(
+        seed=0, pool=1, warmup=0, repeats=repeats, max_time_s=max_time_s, flush_bytes=0, keep=keep or [], **stop
+    )
 
 
 def _pipes() -> tuple[Channel, Channel]:
@@ -228,6 +244,44 @@ def test_the_parent_stops_early_with_time_end() -> None:
     assert handoff is None
     assert samples.pairs == 5  # at least 3, and on to the kept call 4, then ended by the budget
     assert cp.recv()[0]["type"] == Timing.TYPE
+
+
+def _pairs_until_settled(cand_sleep: Any, keep: list[int]) -> int:
+    log: list[tuple[str, int]] = []
+    (cp, cw), (rp, rw) = _pipes(), _pipes()
+    for w, n in ((cw, "cand"), (rw, "ref")):
+        sleep = cand_sleep if n == "cand" else (lambda call: 0.02)
+        threading.Thread(target=_serve, args=(w, n, log, False, 12, None, sleep), daemon=True).start()
+
+    def cand_recv() -> Any:
+        msg, arrays = cp.recv()
+        return decode(msg, TimeReady, TimeDone) if msg["type"] in (TimeReady.TYPE, TimeDone.TYPE) else (msg, arrays)
+
+    ref = RefSession(_ThreadWorker(rp), StageClock(os.getpid(), 60.0))  # type: ignore[arg-type]
+    plan = _plan(repeats=12, max_time_s=60.0, keep=keep, min_pairs=4, stop_width=0.5)
+    samples, handoff = pair_calls(cand_recv, cp.send, ref, plan)
+    assert handoff is None and cp.recv()[0]["type"] == Timing.TYPE
+    return samples.pairs
+
+
+def test_a_steady_speedup_stops_after_min_pairs_at_an_even_count_past_the_kept_calls() -> None:
+    assert _pairs_until_settled(lambda call: 0.02, keep=[]) == 4  # ratios ~1: the interval is narrow at once
+    assert _pairs_until_settled(lambda call: 0.02, keep=[4]) == 6  # on past kept call 4, to an even count
+
+
+def test_a_noisy_speedup_runs_every_pair() -> None:
+    # calls of 2 ms and 60 ms in turn: the ratios stay 30x apart, the interval never narrows to width 0.5
+    assert _pairs_until_settled(lambda call: 0.002 if call % 2 else 0.06, keep=[]) == 12
+
+
+def test_settled_reads_the_spread_of_the_ratios_never_their_level() -> None:
+    steady = [1.0, 1.02, 0.99, 1.01, 1.0, 0.98]
+    assert settled([10 * x for x in steady], [1.0] * 6, 0.05)  # a 10x speedup, known to 2 %
+    assert settled([0.1 * x for x in steady], [1.0] * 6, 0.05)  # a 10x slowdown, the same spread
+    assert not settled([1.0, 2.0, 0.5, 1.0, 3.0, 0.4], [1.0] * 6, 0.05)
+    assert not settled(steady, [1.0] * 6, 0.0)  # 0: never stop early
+    assert not settled(steady, [1.0, 1.0, 0.0, 1.0, 1.0, 1.0], 0.05)  # a call measured as 0: not known
+    assert not settled([1.0, 1.0], [1.0, 1.0], 0.05)
 
 
 def test_paired_is_the_default_and_the_cached_mode_is_named_for_its_host() -> None:
