@@ -212,12 +212,7 @@ def time_gated(
     run on clones of one input drawn from ``warmup_seeds[0]`` (``inputs`` may be empty): no timed input exists
     before its call does."""
     flush = _flush_buffer(clock, flush_bytes)
-    drawn: Sequence[Any] | None = None
-    for i in range(warmup):
-        if draw is not None and warmup_seeds and drawn is None:
-            drawn = draw(warmup_seeds[0])  # drawn once: warm-up calls need the program's paths warm, not new data
-        fn(*(clone_args(drawn) if drawn is not None else _warm_args(i, inputs)))
-    drawn = None
+    _warm_up(fn, warmup, inputs, draw(warmup_seeds[0]) if draw is not None and warmup and warmup_seeds else None)
     clock.sync()
     run, out, read = TimedRun([], [], {}), None, None
     for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
@@ -273,9 +268,11 @@ def _finish_print(run: TimedRun, read: OutputRead | None, reference: bool) -> No
     run.fingerprints.append(full if reference else [[row[:2] for row in rows] for rows in full])
 
 
-def _warm_args(i: int, inputs: Sequence[Sequence[Any]]) -> Sequence[Any]:
-    """Warm-up call ``i``'s inputs without a draw: a clone from the pool's end."""
-    return clone_args(inputs[-1 - i % len(inputs)])
+def _warm_up(fn: Callable[..., Any], n: int, inputs: Sequence[Sequence[Any]], drawn: Sequence[Any] | None) -> None:
+    """``n`` untimed calls, each on a clone of ``drawn`` (one draw: warm-up needs the program's paths warm, not new
+    data) or, without it, of the pool's inputs from its end."""
+    for i in range(n):
+        fn(*clone_args(drawn if drawn is not None else inputs[-1 - i % len(inputs)]))
 
 
 def _gated_args(i: int, seed: int, repeats: int, inputs: Sequence[Sequence[Any]], draw: Any) -> list[Any]:

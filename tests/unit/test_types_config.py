@@ -73,6 +73,8 @@ def test_env_config_round_trip_with_nested():
         lambda: EvalConfig(tier="tpu"),
         lambda: EvalConfig(static_policy="lax"),
         lambda: TimingConfig(repeats=0),
+        lambda: TimingConfig(min_pairs=2),
+        lambda: TimingConfig(stop_width=-0.1),
         lambda: SandboxConfig(max_open_files=3),
         lambda: RewardConfig(speedup_weight=-1),
         lambda: EvalConfig(atol=-1.0),
