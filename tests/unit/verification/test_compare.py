@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import pytest
 
 from musaenv.verification.compare import compare_outputs, fingerprints_agree, trivial_output_passes
 
@@ -172,3 +175,42 @@ def test_a_stress_trial_forgives_a_rounding_sized_miss_only() -> None:
     many = ref.copy()
     many[:40] += 2.4e-4 * np.sign(many[:40]) + 5e-4  # 40 of 13,320 (0.3 %) just outside
     assert not compare_stressed([many], [ref], 1e-4, 1e-4).passed
+
+
+def test_float32_outputs_get_the_float64_verdict_and_counts() -> None:
+    """float32/float16 pairs are compared in float32 (no float64 copies): the verdict, the count of values outside
+    the tolerance and the worst errors are those of the float64 comparison, for errors from far inside to far
+    outside the tolerance (none of them within rounding of the bound)."""
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal(200_000).astype(np.float32) * 10
+    for scale in (1e-6, 1e-4, 3e-3, 1e-1):
+        c = (r + rng.standard_normal(r.size).astype(np.float32) * scale).astype(np.float32)
+        got = compare_outputs([c], [r], 1e-2, 1e-2)
+        want = compare_outputs([c.astype(np.float64)], [r.astype(np.float64)], 1e-2, 1e-2)
+        assert got.passed == want.passed and got.reason == want.reason
+        assert got.max_abs_error == pytest.approx(want.max_abs_error, rel=1e-6)
+        assert got.max_rel_error == pytest.approx(want.max_rel_error, rel=1e-5)
+    half = compare_outputs([r.astype(np.float16)], [r], 1e-2, 1e-2)
+    assert half.passed == compare_outputs([r.astype(np.float16).astype(np.float64)], [r.astype(np.float64)],
+                                          1e-2, 1e-2).passed  # fmt: skip
+
+
+def test_a_float32_error_past_the_float32_range_fails_quietly() -> None:
+    big = np.array([3e38, 1.0], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning escapes either
+        cmp = compare_outputs([-big], [big], 1e-2, 1e-2)
+    assert not cmp.passed and "outside atol" in cmp.reason
+
+
+def test_bit_equality_sees_nan_payloads_and_signed_zeros() -> None:
+    from musaenv.verification.runtime import _bits_equal
+
+    a = np.array([0.0, 1.0, np.nan], dtype=np.float32)
+    assert _bits_equal([a], [a.copy()])
+    assert not _bits_equal([a], [np.array([-0.0, 1.0, np.nan], dtype=np.float32)])
+    other_nan = a.copy()
+    other_nan.view(np.uint32)[2] ^= 1  # another NaN payload: equal as values, not as bits
+    assert not _bits_equal([a], [other_nan])
+    assert _bits_equal([np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2]], [np.array([[0, 2], [3, 5]])])
+    assert not _bits_equal([a], [a.astype(np.float64)])
