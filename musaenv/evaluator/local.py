@@ -69,6 +69,17 @@ def _checked_calls(plan: EvalPlan, run: CandidateRun, probes: int) -> tuple[list
     return kept, plan.probe_calls(len(samples), kept, probes)
 
 
+def _add_rechecks(ref: RefOutputs, kept: list[int], have: dict[int, list[Any]]) -> None:
+    """Complete ``ref``'s rechecks of the timed calls ``kept`` with the outputs the reference sent while paired
+    (``have``: the eager reference on the same inputs, so the same values a second run of those calls would give;
+    the reference ran only the calls missing from it). In ``kept``'s order, in place."""
+    if not have:
+        return
+    ran = dict(zip(ref.recheck_calls, ref.rechecks))
+    ref.rechecks = [ran[k] if k in ran else (have[k], [str(a.dtype) for a in have[k]]) for k in kept]
+    ref.recheck_calls = list(kept)
+
+
 class LocalEvaluator:
     """Evaluate candidates on this machine.
 
@@ -338,9 +349,11 @@ class LocalEvaluator:
             # Probes check a sample of the timed calls by fingerprint; the reference timed beside the candidate
             # fingerprinted every one of them on the same inputs already (checked in the verdict): none needed.
             every = run.paired is not None and run.paired.ref_prints is not None
-            checked = _checked_calls(plan, run, 0 if every else self.config.timing.probes)
+            kept, probes = _checked_calls(plan, run, 0 if every else self.config.timing.probes)
+            have = run.paired.ref_kept if run.paired is not None else {}  # the paired reference's kept outputs
             with self._run_admission(task), (self._device_slot if timed else None) or nullcontext():
-                ref = self._reference.run(task, plan, timing, limit_s, *checked)
+                ref = self._reference.run(task, plan, timing, limit_s, [k for k in kept if k not in have], probes)
+            _add_rechecks(ref, kept, have)
             self._judge_conditioning(task, plan, run, ref)
         except ReferenceError_ as e:
             if str(e).startswith("the reference program of"):  # its own code failed: refuse the task from now on

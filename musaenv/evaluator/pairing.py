@@ -60,6 +60,7 @@ class RefSession:
         self.worker = worker
         self.clock = clock
         self.timing: Timing | None = None
+        self.arrays: list[np.ndarray] = []  # those of the last message read
         self.broken = False  # left mid-protocol and closed: its service must start another worker
 
     def send(self, msg: dict[str, Any]) -> None:
@@ -70,11 +71,11 @@ class RefSession:
             raise PairingError(f"the reference worker did not take its timing message ({e})") from None
 
     def recv(self) -> dict[str, Any]:
-        """The reference worker's next message (a ``timing`` is kept in :attr:`timing`)."""
+        """The reference worker's next message (the arrays that follow it in :attr:`arrays`)."""
         while True:
             try:
                 if self.worker.chan.poll(_POLL_S):
-                    msg, _ = self.worker.chan.recv(self.clock.over)
+                    msg, self.arrays = self.worker.chan.recv(self.clock.over)
                     return msg
             except (EOFError, OSError, ProtocolError, Stalled) as e:
                 raise PairingError(f"the reference worker failed while timing: {e!r}") from None
@@ -95,20 +96,32 @@ class RefSession:
         assert isinstance(got, (TimeReady, TimeDone))
         return got
 
-    def finish(self) -> Timing:
-        """Read the reference's ``timing`` and ``result`` after its last call."""
-        timing = None
+    def finish(self) -> tuple[Timing, dict[int, list[np.ndarray]]]:
+        """Read the reference's ``timing`` and ``result`` after its last call: the timing and its kept calls'
+        outputs (call index -> arrays)."""
+        timing, kept = None, {}
         while True:
             msg = self.recv()
             if msg.get("type") == Timing.TYPE:
                 timing = Timing.from_dict(msg)
+                kept = _kept_outputs(timing, self.arrays)
             elif msg.get("type") == Result.TYPE:
                 failure = Result.from_dict(msg).failure
                 if failure is not None or timing is None:
                     raise PairingError(f"the reference's timing ended without a result: {failure}")
-                return timing
+                return timing, kept
             else:
                 raise PairingError(f"unexpected message from the reference while timing: {msg.get('type')!r}")
+
+
+def _kept_outputs(timing: Timing, arrays: list[np.ndarray]) -> dict[int, list[np.ndarray]]:
+    """The kept calls' outputs of a ``timing`` message, split by its ``kept_counts`` (none if they disagree)."""
+    if len(timing.kept) != len(timing.kept_counts) or sum(timing.kept_counts) != len(arrays):
+        return {}
+    kept, pos = {}, 0
+    for call, n in zip(timing.kept, timing.kept_counts):
+        kept[int(call)], pos = arrays[pos : pos + n], pos + n
+    return kept
 
 
 @dataclass
@@ -229,15 +242,16 @@ def _pair_calls(
     if handoff is not None:
         ref.send(TimeEnd().to_dict())  # the reference waits for its next call: let it end
     t0 = time.monotonic()
-    ref_timing = ref.finish()
+    ref_timing, ref_kept = ref.finish()
     waits(time.monotonic() - t0)
     n = min(len(r.ms), len(c.ms))
-    prints = list(ref_timing.fingerprints) if ref_timing.baseline == "eager" else None
+    eager = ref_timing.baseline == "eager"
+    prints = list(ref_timing.fingerprints) if eager else None
     samples = PairedSamples(
         r.ms[:n], c.ms[:n], r.own_ms[:n], c.own_ms[:n], firsts[:n], prints, ref_timing.baseline_note,
         clock="cpu" if c.cpu is not None else "wall", ref_out_ms=r.out_ms, cand_out_ms=c.out_ms,
         unsettled=sum(int(getattr(side.cpu, "unsettled", 0)) for side in (r, c)), seeds=seeds,
         ref_faults=r.faults[:n], cand_faults=c.faults[:n], ref_prep_ms=r.prep_ms[:n], cand_prep_ms=c.prep_ms[:n],
-        ref_wall_ms=r.wall_ms[:n], cand_wall_ms=c.wall_ms[:n],
+        ref_wall_ms=r.wall_ms[:n], cand_wall_ms=c.wall_ms[:n], ref_kept=ref_kept if eager else {},
     )  # fmt: skip
     return samples, handoff

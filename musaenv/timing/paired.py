@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "CONFIDENCE",
@@ -103,6 +104,9 @@ class PairedSamples:
         ref_wall_ms: Per call, the parent's wall time from sending ``time_call`` to reading ``time_done``: the
             call plus the handshake that clocks it from outside (two messages and the kernel's accounting read).
         cand_wall_ms: The candidate's, likewise.
+        ref_kept: The eager reference's outputs of its kept timed calls (call index -> arrays, in the order of the
+            call's outputs), sent with its ``timing`` message: the full recheck of the candidate's kept calls on the
+            same inputs needs no second reference run of them. Empty for a compiled baseline.
     """
 
     ref_ms: list[float]
@@ -124,6 +128,7 @@ class PairedSamples:
     cand_prep_ms: list[float] = field(default_factory=list)
     ref_wall_ms: list[float] = field(default_factory=list)
     cand_wall_ms: list[float] = field(default_factory=list)
+    ref_kept: dict[int, list[Any]] = field(default_factory=dict)
 
     @property
     def pairs(self) -> int:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -155,8 +156,10 @@ def _serve(
 
     gate = _ForgingGate(chan) if forge else ChannelGate(chan)
     run = time_gated(model, [], DeviceClock("cpu"), gate, warmup=1, repeats=repeats, flush_bytes=1024,
-                     reference=True, draw=draw, warmup_seeds=[7])  # fmt: skip
-    chan.send(Timing(run.samples_ms, run.host_samples_ms, fingerprints=run.fingerprints).to_dict())
+                     reference=True, draw=draw, warmup_seeds=[7], keep=[1])  # fmt: skip
+    kept = sorted(run.kept_outputs)
+    msg = Timing(run.samples_ms, run.host_samples_ms, kept, [1] * len(kept), fingerprints=run.fingerprints)
+    chan.send(msg.to_dict(), [run.kept_outputs[i].numpy() for i in kept])
     if name == "ref":
         chan.send(Result().to_dict())
 
@@ -211,6 +214,15 @@ def test_pairs_are_counted_interleaved_and_alternated() -> None:
     assert all(ms >= 50.0 for ms in samples.cand_ms + samples.ref_ms)  # the parent's windows hold the calls
     assert leftover["timing"]["type"] == Timing.TYPE
     assert sample_mismatch(samples) == ""
+
+
+def test_the_reference_kept_outputs_come_back_for_the_recheck() -> None:
+    """The eager reference's kept timed outputs (call 1 and the last) reach the parent with its timing message,
+    each the output on that pair's inputs: the recheck of the candidate's kept calls needs no second run."""
+    samples, _, _ = _pair(forge=False)
+    assert sorted(samples.ref_kept) == [1, 5]
+    for call, arrays in samples.ref_kept.items():
+        assert len(arrays) == 1 and np.array_equal(arrays[0], np.full(64, 2.0 * samples.seeds[call]))
 
 
 def test_each_pair_draws_fresh_inputs_that_no_warm_up_can_find_ahead() -> None:
