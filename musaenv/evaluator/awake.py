@@ -25,14 +25,17 @@ the host allows (the form is what it yields, and the result says it: ``extra["co
 ``MUSAENV_CORES_AWAKE=0`` opts out (polling cores draw power and, in a VM, host CPU while a timing phase runs).
 ``MUSAENV_AWAKE_ROOT`` puts the files under another root (tests' fake trees; unset in use). Holders in one process
 are counted per CPU set: evaluations that time at once on the same CPUs share one keeper or descriptor, and it ends
-with the last of them. The keeper is started per timing phase, not kept between phases (a CPU left polling after
-its phase would poll through the next candidate's build): entering the block costs 19-27 ms (the medians of three
-runs of 20, two on a fake tree and one on the real sysfs; at most 44 ms) and leaving it 8 ms (median; at most 16 ms)
-here (2026-12-03 17:31 UTC, a quiet 2-vCPU VM, load 0.2, nice 10).
+with the last of them. A CPU never polls between timing phases (it would poll through the next candidate's build):
+the last holder's keeper restores the values when the block ends. It is then parked, not stopped: alive, holding
+nothing, and told to hold again by the next block on the same CPUs (a byte each way, about 1 ms), where starting
+a keeper costs an interpreter's start (entering the block 15-27 ms, leaving it 3-8 ms, on a quiet 2-vCPU VM,
+2026-12-03 and 12-04). A parked keeper exits with this process (end of file on its stdin, :func:`close_parked` at
+exit); one that died while parked is replaced by a fresh one.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -48,7 +51,7 @@ from typing import Literal
 
 from musaenv.evaluator.awake_keeper import latency_file
 
-__all__ = ["Awake", "awake_cores"]
+__all__ = ["Awake", "awake_cores", "close_parked"]
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +69,11 @@ class _Hold:
     keeper: subprocess.Popen[bytes] | None = None
     fd: int | None = None
     count: int = 0
+    root: str = ""
 
 
 _holds: dict[frozenset[int], _Hold] = {}
+_parked: dict[tuple[str, frozenset[int]], tuple[int, subprocess.Popen[bytes]]] = {}  # -> (owner's pid, keeper)
 
 
 def _root() -> str:
@@ -87,17 +92,62 @@ def _read_answer(proc: subprocess.Popen[bytes], timeout_s: float) -> bytes:
     return os.read(proc.stdout.fileno(), 4096) if ready else b""  # one short line, written at once
 
 
+def _ask(proc: subprocess.Popen[bytes], word: bytes, want: bytes, timeout_s: float) -> bool:
+    """Send a keeper ``word`` and wait for its answer: True when it is ``want``."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(word)
+    except OSError:
+        return False
+    return _read_answer(proc, timeout_s) == want
+
+
+def _unpark(root: str, cpus: frozenset[int]) -> subprocess.Popen[bytes] | None:
+    """The keeper parked for ``cpus``, holding again; None when there is none or it did not answer (stopped)."""
+    parked = _parked.pop((root, cpus), None)
+    if parked is None or parked[0] != os.getpid():  # a forked copy of the table: that keeper is the parent's
+        return None
+    proc = parked[1]
+    if proc.poll() is None and _ask(proc, b"h", b"held\n", _START_S):
+        return proc
+    _stop_keeper(proc)
+    return None
+
+
+def _park(root: str, cpus: frozenset[int], proc: subprocess.Popen[bytes]) -> None:
+    """Let ``cpus`` go (the keeper restores them) and keep the keeper for the next phase; stopped instead when it
+    does not answer or another one is parked for them already."""
+    if (root, cpus) not in _parked and proc.poll() is None and _ask(proc, b"r", b"released\n", _STOP_S):
+        _parked[(root, cpus)] = (os.getpid(), proc)
+    else:
+        _stop_keeper(proc)
+
+
+def close_parked() -> None:
+    """Stop every parked keeper of this process (at exit; they hold nothing)."""
+    with _lock:
+        parked = [proc for pid, proc in _parked.values() if pid == os.getpid()]
+        _parked.clear()
+    for proc in parked:
+        _stop_keeper(proc)
+
+
+atexit.register(close_parked)
+
+
 def _start_keeper(root: str, cpus: frozenset[int]) -> subprocess.Popen[bytes] | None:
-    """A keeper holding ``n/a`` on ``cpus`` (:mod:`.awake_keeper`), or None when it could not."""
+    """A keeper holding ``n/a`` on ``cpus`` (:mod:`.awake_keeper`; the parked one when there is one), or None when
+    it could not."""
+    parked = _unpark(root, cpus)
+    if parked is not None:
+        return parked
     cmd = [sys.executable, "-I", "-S", _KEEPER, root, *map(str, sorted(cpus))]
     try:  # its own session: a terminal's Ctrl-C reaches the evaluator, which lets go (or dies: end of file)
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, bufsize=0)
     except OSError as e:
         _say_once("keeper", "timing CPUs not kept awake alone (keeper: %s)", e)
         return None
     answer = _read_answer(proc, _START_S)
-    assert proc.stdout is not None
-    proc.stdout.close()
     if answer == b"held\n":
         return proc
     _stop_keeper(proc)
@@ -110,10 +160,12 @@ def _stop_keeper(proc: subprocess.Popen[bytes]) -> None:
     """Let the keeper go and wait briefly for its restore."""
     if proc.poll() is not None and proc.returncode < 0:
         log.warning("the awake keeper %d was killed (%d) before it was let go", proc.pid, proc.returncode)
-    assert proc.stdin is not None
+    assert proc.stdin is not None and proc.stdout is not None
     with contextlib.suppress(OSError):  # a byte, not only the close: a forked child may hold a copy of our end
         proc.stdin.write(b"x")
-        proc.stdin.close()
+    for end in (proc.stdin, proc.stdout):
+        with contextlib.suppress(OSError):
+            end.close()
     try:
         proc.wait(_STOP_S)
     except subprocess.TimeoutExpired:  # waiting on the mutex, maybe: it restores once it has it
@@ -145,14 +197,14 @@ def _take(cpus: frozenset[int]) -> _Hold:
         return _Hold(False)
     root = _root()
     if _per_cpu_writable(root, cpus) and (keeper := _start_keeper(root, cpus)) is not None:
-        return _Hold("cpus", keeper=keeper)
+        return _Hold("cpus", keeper=keeper, root=root)
     fd = _open_global(root)
     return _Hold(False) if fd is None else _Hold("global", fd=fd)
 
 
-def _give(hold: _Hold) -> None:
+def _give(cpus: frozenset[int], hold: _Hold) -> None:
     if hold.keeper is not None:
-        _stop_keeper(hold.keeper)
+        _park(hold.root, cpus, hold.keeper)
     if hold.fd is not None:
         os.close(hold.fd)
 
@@ -174,4 +226,4 @@ def awake_cores(cpus: Iterable[int]) -> Iterator[Awake]:
             hold.count -= 1
             if hold.count == 0:
                 del _holds[key]
-                _give(hold)
+                _give(key, hold)

@@ -3,9 +3,11 @@
 ``python -I -S awake_keeper.py ROOT CPU...`` (started by :mod:`.awake`, by path: standard library only, no import of
 musaenv) writes ``n/a`` to each CPU's ``ROOT/sys/devices/system/cpu/cpuN/power/pm_qos_resume_latency_us`` (a
 resume latency of 0 us: that CPU polls instead of halting; ``0``, the kernel's default, means no constraint), says
-``held`` (or ``refused ...``) on its stdout, and waits on its stdin. Anything readable there (a byte: the parent
-let go; end of file: the parent is gone, even killed with SIGKILL), or SIGTERM, SIGINT or SIGHUP, and it restores
-the values and exits. ``ROOT`` is ``""`` in use; tests give a fake tree.
+``held`` (or ``refused ...``) on its stdout, and waits on its stdin. The byte ``r`` there: it restores the values,
+says ``released`` and waits, parked, for ``h`` (hold again: ``held``) so that the next timing phase does not pay
+for a new interpreter. Anything else (another byte: the parent let go for good; end of file: the parent is gone,
+even killed with SIGKILL), or SIGTERM, SIGINT or SIGHUP, and it restores what it holds and exits. ``ROOT`` is
+``""`` in use; tests give a fake tree.
 
 The value outlives whoever wrote it and is one per CPU for the whole host, so keepers on one host (two evaluators,
 Ray workers) agree through files in ``ROOT/run/musaenv-awake`` (root's alone; a saved value that outlives a reboot
@@ -174,12 +176,17 @@ def _say(line: str) -> None:
         os.write(1, line.encode() + b"\n")
 
 
-def _wait(wake: int) -> None:
-    """Until stdin is readable (the parent's byte or end of file) or a signal arrived (its byte on ``wake``)."""
+def _command(wake: int) -> bytes:
+    """The parent's next byte; ``b""`` at end of file or when a signal arrived (its byte on ``wake``)."""
     while True:
         ready, _, _ = select.select([0, wake], [], [])
+        if wake in ready:
+            return b""
         if ready:
-            return
+            try:
+                return os.read(0, 1)
+            except OSError:
+                return b""
 
 
 def main(argv: list[str]) -> int:
@@ -189,17 +196,25 @@ def main(argv: list[str]) -> int:
     signal.set_wakeup_fd(wake_w)
     for s in _SIGNALS:  # no exception from a handler: nothing interrupts a hold or a restore half-way
         signal.signal(s, lambda *_: None)
+    held: dict[int, int] | None = None
     try:
-        held = hold(root, cpus)
-    except OSError as e:
-        _say(f"refused {e}")
-        return 1
-    try:
-        _say("held")
-        _wait(wake_r)
+        while True:
+            try:
+                held = hold(root, cpus)
+            except OSError as e:
+                _say(f"refused {e}")
+                return 1
+            _say("held")
+            if _command(wake_r) != b"r":  # let go for good, the parent gone, or a signal
+                return 0
+            release(root, held)
+            held = None
+            _say("released")
+            if _command(wake_r) != b"h":  # parked: nothing held, nothing to restore
+                return 0
     finally:
-        release(root, held)
-    return 0
+        if held is not None:
+            release(root, held)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ Spawn = Callable[[set[int]], "subprocess.Popen[str]"]
 
 
 @pytest.fixture
-def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for cpu, value in ((0, "0"), (1, "25")):
         f = Path(latency_file(str(tmp_path), cpu))
         f.parent.mkdir(parents=True)
@@ -45,7 +45,8 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "dev" / "cpu_dma_latency").write_bytes(b"")
     monkeypatch.setenv("MUSAENV_AWAKE_ROOT", str(tmp_path))
     monkeypatch.delenv("MUSAENV_CORES_AWAKE", raising=False)
-    return tmp_path
+    yield tmp_path
+    awake.close_parked()  # this tree's parked keepers
 
 
 def _value(root: Path | str, cpu: int = 1) -> str:
@@ -105,7 +106,50 @@ def test_the_first_holder_writes_na_on_its_cpus_alone_and_restores_the_saved_val
         assert (tree / "dev" / "cpu_dma_latency").read_bytes() == b""  # no global request beside it
         keeper = _keeper({1})
     assert _value(tree) == "25" and not _saved(tree).exists()
-    assert keeper.returncode == 0 and awake._holds == {}
+    assert keeper.poll() is None and awake._holds == {}  # parked: alive, holding nothing
+    awake.close_parked()
+    assert keeper.returncode == 0 and awake._parked == {}
+
+
+def test_the_keeper_is_parked_between_phases_with_its_cpus_restored(tree: Path):
+    """One keeper serves phase after phase: held n/a in each block, the saved value back between them."""
+    with awake_cores({1}):
+        keeper = _keeper({1})
+    for _ in range(3):
+        assert _value(tree) == "25" and not _saved(tree).exists() and keeper.poll() is None
+        with awake_cores({1}) as form:
+            assert form == "cpus" and _keeper({1}) is keeper and _value(tree) == "n/a"
+    assert _value(tree) == "25"
+
+
+@pytest.mark.parametrize("how", ["killed", "signalled"])
+def test_a_parked_keeper_that_died_is_replaced(tree: Path, how: str):
+    with awake_cores({1}):
+        keeper = _keeper({1})
+    keeper.send_signal(signal.SIGKILL if how == "killed" else signal.SIGTERM)
+    keeper.wait(5)
+    assert _value(tree) == "25"  # it held nothing: nothing to undo
+    with awake_cores({1}) as form:
+        assert form == "cpus" and _keeper({1}) is not keeper and _value(tree) == "n/a"
+    assert _value(tree) == "25" and not _saved(tree).exists()
+
+
+def test_a_parked_keeper_exits_with_its_process(tree: Path):
+    code = "from musaenv.evaluator import awake\nwith awake.awake_cores({1}):\n"
+    code += "    k = awake._holds[frozenset({1})].keeper\n"
+    code += "print(k.pid, flush=True)\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)"
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    pid = int(child.stdout.split()[0])
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    assert _until(gone, 2.0)  # end of file on its stdin
+    assert _value(tree) == "25"
 
 
 def test_holders_in_one_process_share_one_keeper(tree: Path):
