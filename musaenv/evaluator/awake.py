@@ -51,7 +51,7 @@ from typing import Literal
 
 from musaenv.evaluator.awake_keeper import latency_file
 
-__all__ = ["Awake", "awake_cores", "close_parked"]
+__all__ = ["Awake", "awake_cores", "close_parked", "parked_pids"]
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,13 @@ def close_parked() -> None:
 
 
 atexit.register(close_parked)
+
+
+def parked_pids() -> set[int]:
+    """The process ids of this process's parked keepers (the harness's own standing processes, like an evaluator's
+    spare worker)."""
+    with _lock:
+        return {proc.pid for pid, proc in _parked.values() if pid == os.getpid() and proc.poll() is None}
 
 
 def _start_keeper(root: str, cpus: frozenset[int]) -> subprocess.Popen[bytes] | None:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from musaenv.evaluator import awake
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.isolation.proctree import descendants, is_zombie
 from musaenv.toolchains.warmup import background_tree
@@ -29,8 +30,9 @@ def become_subreaper() -> bool:
 
 
 def _worker_pids(evaluators: list[LocalEvaluator]) -> set[int]:
-    """The evaluators' own idle processes: the spare candidate worker, the reference worker, the fork servers."""
-    pids: set[int] = set()
+    """The evaluators' own idle processes: the spare candidate worker, the reference worker, the fork servers, and
+    the awake keepers parked between timing phases."""
+    pids: set[int] = awake.parked_pids()
     for ev in evaluators:
         for worker in (ev._spare, ev._reference._worker):  # the harness's own processes, not the candidate's
             if worker is not None and worker.poll() is None:

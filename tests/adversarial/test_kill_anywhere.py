@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from musaenv.config import EvalConfig, TimingConfig
+from musaenv.evaluator import awake
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.isolation import tempdirs
 from musaenv.isolation.proctree import descendants
@@ -105,8 +106,8 @@ def ev() -> Iterator[LocalEvaluator]:
 
 
 def _known(e: LocalEvaluator) -> set[int]:
-    """The evaluator's standing processes: fork server(s), spare worker, reference worker."""
-    known = {s.proc.pid for s in (e._server, e._reference.fork_server) if s is not None}
+    """The evaluator's standing processes: fork server(s), spare worker, reference worker, parked awake keepers."""
+    known = {s.proc.pid for s in (e._server, e._reference.fork_server) if s is not None} | awake.parked_pids()
     if e._spare is not None:
         known.add(e._spare.pid)
     ref = getattr(e._reference, "_worker", None)
