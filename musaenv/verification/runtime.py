@@ -28,7 +28,6 @@ docs/verification.md lists each defence with its limits.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +43,7 @@ from musaenv.isolation.reports import (
     TimingReport,
     TrialsReport,
 )
-from musaenv.verification.compare import compare_outputs, compare_stressed
+from musaenv.verification.compare import bits_equal, compare_outputs, compare_stressed
 from musaenv.verification.coverage import (
     ALLOWED_ATEN_OPS,
     FLOOR_POLICIES,
@@ -55,6 +54,7 @@ from musaenv.verification.coverage import (
     kernel_coverage,
     torch_computed,
 )
+from musaenv.verification.dependence import input_dependence_failures
 from musaenv.verification.rules import by_layer, severity
 
 __all__ = [
@@ -72,11 +72,6 @@ __all__ = [
 #: of :data:`musaenv.verification.rules.RULES`.
 RUNTIME_FLAGS: dict[str, str] = {r.name: r.message for r in by_layer("runtime")}
 
-# Output-dependence thresholds: a correct kernel's trial-to-trial change matches the reference's to ~1e-6 relative
-# (fp32 rounding); a constant or input-free output misses it by ~100 %. 0.5 leaves a wide margin both ways.
-DEPENDENCE_MAX_MISMATCH = 0.5
-REFERENCE_CONSTANT_REL = 1e-6
-DEPENDENCE_SAMPLE = 1 << 16  # elements compared per output: keeps the check at milliseconds for 16 MB outputs
 # A re-measure this many times slower than the reported median (and by more than the floor): the first clock lied.
 # Host noise on the shared 2-core machines reached 4.7x between two medians of 5 calls; the factor doubles that.
 REMEASURE_FACTOR = 10.0
@@ -167,72 +162,6 @@ def _percent(ratio: float | None) -> str:
     return "unknown" if ratio is None else f"{ratio:.0%}"
 
 
-def _bits_equal(a: Sequence[np.ndarray], b: Sequence[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and x.dtype == y.dtype and _same_bits(x, y) for x, y in zip(a, b)
-    )
-
-
-def _same_bits(x: np.ndarray, y: np.ndarray) -> bool:
-    """Bit equality (NaN payloads and -0.0 included) without copying: both viewed as unsigned integers of their
-    width (4x faster than comparing ``tobytes()`` on 8 MB outputs)."""
-    if x.itemsize not in (1, 2, 4, 8):
-        return x.tobytes() == y.tobytes()
-    width = np.dtype(f"u{x.itemsize}")
-    return bool(np.array_equal(x.view(width), y.view(width)))
-
-
-def _sample(a: np.ndarray) -> np.ndarray:
-    """Up to DEPENDENCE_SAMPLE evenly spaced elements as float64 (a constant output is constant on any subset)."""
-    flat = a.ravel()
-    if flat.size > DEPENDENCE_SAMPLE:
-        flat = flat[np.linspace(0, flat.size - 1, DEPENDENCE_SAMPLE).astype(np.int64)]
-    return flat.astype(np.float64)
-
-
-def _norm(x: np.ndarray) -> float:
-    """Euclidean norm without BLAS (whose threads stall for milliseconds when the cores are busy with workers)."""
-    return math.sqrt(float(np.einsum("i,i->", x, x)))
-
-
-def _mismatch(c_i: np.ndarray, c_j: np.ndarray, r_i: np.ndarray, r_j: np.ndarray) -> float | None:
-    """Relative miss of the candidate's trial-to-trial change against the reference's; None if the ref is constant."""
-    r_i, r_j = _sample(r_i), _sample(r_j)
-    keep = np.isfinite(r_i) & np.isfinite(r_j)
-    d_ref = r_i[keep] - r_j[keep]
-    scale = max(_norm(r_i[keep]), _norm(r_j[keep]))
-    ref_change = _norm(d_ref)
-    if d_ref.size == 0 or ref_change <= REFERENCE_CONSTANT_REL * scale or ref_change == 0.0:
-        return None
-    d_c = _sample(c_i)[keep] - _sample(c_j)[keep]
-    return _norm(d_c - d_ref) / ref_change
-
-
-def input_dependence_failures(
-    cand: Sequence[Sequence[np.ndarray]], ref: Sequence[Sequence[np.ndarray]], usable: Sequence[bool]
-) -> list[str]:
-    """Output indices (with trial pairs) whose change between two usable trials does not follow the reference's.
-
-    Args:
-        cand: Candidate outputs per trial.
-        ref: Reference outputs per trial (same inputs).
-        usable: Per trial, whether it may be used (it passed the comparison).
-    """
-    found: list[str] = []
-    idx = [i for i, ok in enumerate(usable) if ok and i < len(cand) and i < len(ref)]
-    for a_pos, i in enumerate(idx):
-        for j in idx[a_pos + 1 :]:
-            if len(cand[i]) != len(cand[j]) or len(ref[i]) != len(ref[j]):
-                continue
-            for k, (ci, cj, ri, rj) in enumerate(zip(cand[i], cand[j], ref[i], ref[j])):
-                if ci.shape != cj.shape or ri.shape != rj.shape or ci.shape != ri.shape:
-                    continue
-                miss = _mismatch(ci, cj, ri, rj)
-                if miss is not None and miss > DEPENDENCE_MAX_MISMATCH:
-                    found.append(f"output {k}, trials {i + 1} and {j + 1}: change misses the reference's by {miss:.0%}")
-    return found
-
-
 def _repeat_findings(
     repeat: Sequence[np.ndarray],
     first: Sequence[np.ndarray],
@@ -240,7 +169,7 @@ def _repeat_findings(
     tol: tuple[float, float],
     out: RuntimeFindings,
 ) -> None:
-    if _bits_equal(repeat, first):
+    if bits_equal(repeat, first):
         return
     cmp = compare_outputs(list(repeat), list(ref), tol[0], tol[1])
     if not cmp.passed:
@@ -289,7 +218,7 @@ def _trial_findings(
     first_ok = bool(passed) and passed[0] and bool(cand) and bool(ref)
     if n_rep and first_ok:
         _repeat_findings(arrays[:n_rep], cand[0], ref[0], tol, out)
-    if n_pert and first_ok and _bits_equal(arrays[n_rep : n_rep + n_pert], cand[0]):
+    if n_pert and first_ok and bits_equal(arrays[n_rep : n_rep + n_pert], cand[0]):
         out.add("output_not_from_kernel", "trial 1 gave the same bits with the last kernel call's result overwritten")
     out.extra["perturb"] = msg.perturb_note
     _rewrite_findings(msg, arrays[n_rep + n_pert :], cand, ref, passed, tol, out, stress)

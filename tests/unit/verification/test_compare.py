@@ -204,13 +204,13 @@ def test_a_float32_error_past_the_float32_range_fails_quietly() -> None:
 
 
 def test_bit_equality_sees_nan_payloads_and_signed_zeros() -> None:
-    from musaenv.verification.runtime import _bits_equal
+    from musaenv.verification.compare import bits_equal
 
     a = np.array([0.0, 1.0, np.nan], dtype=np.float32)
-    assert _bits_equal([a], [a.copy()])
-    assert not _bits_equal([a], [np.array([-0.0, 1.0, np.nan], dtype=np.float32)])
+    assert bits_equal([a], [a.copy()])
+    assert not bits_equal([a], [np.array([-0.0, 1.0, np.nan], dtype=np.float32)])
     other_nan = a.copy()
     other_nan.view(np.uint32)[2] ^= 1  # another NaN payload: equal as values, not as bits
-    assert not _bits_equal([a], [other_nan])
-    assert _bits_equal([np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2]], [np.array([[0, 2], [3, 5]])])
-    assert not _bits_equal([a], [a.astype(np.float64)])
+    assert not bits_equal([a], [other_nan])
+    assert bits_equal([np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2]], [np.array([[0, 2], [3, 5]])])
+    assert not bits_equal([a], [a.astype(np.float64)])
