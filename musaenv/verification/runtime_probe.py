@@ -37,8 +37,7 @@ _CPU_NS = time.process_time_ns
 # call measured 4.0 ms of CPU time (an additive error of about 1.3 ms per call).
 _CORES_SLACK = 0.5
 _CPU_FLOOR_NS = 20_000_000
-# Calls re-timed with the captured clock after timing: enough for a median, cheap next to the timed repeats.
-REMEASURE_CALLS = 3
+REMEASURE_CALLS = 3  # re-timed with the captured clock after an unpaired timing: enough for a median
 # Profiled forwards the kernel-coverage floor is judged on (musaenv.verification.coverage), under the policies that
 # have one: the median of 3, because one forward's CPU times on a busy shared host moved by up to 40x between two
 # runs here (a 2 MB copy read 0.2 to 9 ms of thread CPU time).
@@ -359,10 +358,11 @@ class RuntimeGuard:
     def finish_timing(
         self, model: Any, pool: Sequence[Sequence[Any]], timed_calls: int, flush_bytes: int, repeats: int
     ) -> TimingReport | None:
-        """Re-measure a few calls with the captured clock; return the ``timing`` report (``None``: checks off)."""
+        """Re-measure a few calls of ``pool`` (none if empty: paired timing, the parent clocked every call) with the
+        captured clock; return the ``timing`` report (``None``: checks off)."""
         if not self.checks:
             return None
-        samples = self._remeasure(model, pool, flush_bytes, min(REMEASURE_CALLS, max(repeats, 1)))
+        samples = self._remeasure(model, pool, flush_bytes, min(REMEASURE_CALLS, max(repeats, 1))) if pool else []
         return self._with_facts(
             TimingReport(
                 remeasure_ms=samples,

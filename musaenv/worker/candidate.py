@@ -231,7 +231,8 @@ def _timing_phase(
         raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
     try:
         timed_calls = t.warmup + len(run.samples_ms)
-        report = guard.finish_timing(model, pool() if guard.checks else [], timed_calls, t.flush_bytes, t.repeats)
+        again = guard.checks and not t.paired  # paired: the parent's clock decided each sample, nothing to re-measure
+        report = guard.finish_timing(model, pool() if again else [], timed_calls, t.flush_bytes, t.repeats)
     except BaseException as e:
         raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
     if report is not None:

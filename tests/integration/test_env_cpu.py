@@ -56,6 +56,7 @@ def test_reference_paired_by_default_cached_on_a_dedicated_host_or_beside_every_
         assert r.speedup_low is not None and r.speedup_high is not None
         assert r.speedup_low <= r.speedup <= r.speedup_high
         assert r.extra["cores_awake"] in ("cpus", "global", False)  # how idle timing cores polled (evaluator.awake)
+        assert "remeasure_ms" not in r.extra["runtime"]  # the parent clocked every call: no in-process second clock
         cost = r.extra["timing_cost"]  # where the pairing's time went, per side (benchmarks/defence_cost.py)
         assert cost["calls"] == r.timing_pairs, cost
         for side in ("reference", "candidate"):
@@ -66,6 +67,7 @@ def test_reference_paired_by_default_cached_on_a_dedicated_host_or_beside_every_
         cached = [ev.evaluate(relu, hazard_candidate("relu_ok"), seed=s) for s in (11, 12)]
     assert cached[0].ref_timing is not None and cached[0].ref_timing == cached[1].ref_timing  # measured once
     assert cached[0].timing_pairs == 0 and cached[0].speedup_low is None
+    assert all(r.extra["runtime"]["remeasure_ms"] > 0 for r in cached)  # the worker's own samples: re-measured
     cached = [r.ref_timing for r in cached]
     every = FAST.replace(timing=FAST.timing.replace(reference="every"))
     with LocalEvaluator("cpu", every) as ev:
