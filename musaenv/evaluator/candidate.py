@@ -22,7 +22,7 @@ from musaenv.config import EvalConfig
 from musaenv.evaluator.awake import Awake, awake_cores
 from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
 from musaenv.evaluator.memory import oom_kills
-from musaenv.evaluator.pairing import Handoff, PairingError, RefSession, pair_calls
+from musaenv.evaluator.pairing import Handoff, Pairer, PairingError, pair_calls
 from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import (
@@ -264,7 +264,7 @@ def drive_candidate(
     compile_only: bool,
     device_slot: AbstractContextManager[Any] | None = None,
     binary_policy: str | None = None,
-    pairer: Callable[[], RefSession] | None = None,
+    pairer: Pairer | None = None,
     memory_slot: AbstractContextManager[Any] | None = None,
 ) -> CandidateRun:
     """Send ``request`` to a ready candidate worker and follow it to the end (or kill it).
@@ -286,7 +286,7 @@ def _pair(
     worker: WorkerProcess,
     run: CandidateRun,
     clock: StageClock,
-    pairer: Callable[[], RefSession],
+    pairer: Pairer,
     serve: Callable[[BuildRequest], float],
     timing: TimingPlan,
     cpu_clock: bool,
@@ -363,7 +363,7 @@ def _drive(
     device_slot: AbstractContextManager[Any],
     stack: ExitStack,
     binary_policy: str | None = None,
-    pairer: Callable[[], RefSession] | None = None,
+    pairer: Pairer | None = None,
     memory_slot: AbstractContextManager[Any] | None = None,
 ) -> CandidateRun:
     run = CandidateRun(cpu_budget=max(1, request.cpu_threads or 1))
@@ -418,6 +418,8 @@ def _drive(
                             run.cores_awake = stack.enter_context(awake_cores(cpus))
                     watch.start(phase)
                     worker.chan.send(Go().to_dict(), give_up=clock.over)
+                    if phase == "trials" and pairer is not None:
+                        pairer.ahead()  # the reference's warm-up on the untimed cores, beside these trials
                 clock.restart(timeouts[phase])
                 if phase == "timing" and pairer is not None and request.timing:
                     serve = partial(_serve_build, worker, run=run, cfg=cfg, backend=backend,

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any
@@ -23,7 +22,7 @@ from musaenv.config import EvalConfig
 from musaenv.errors import ConfigError
 from musaenv.evaluator.candidate import CandidateRun, drive_candidate
 from musaenv.evaluator.memory import MemoryBudget, candidate_budget_mb, status_mb
-from musaenv.evaluator.pairing import RefSession
+from musaenv.evaluator.pairing import Pairer
 from musaenv.evaluator.plan import EvalPlan, interpreted_config, interpreter_shapes, make_plan, plan_pool
 from musaenv.evaluator.reference import ReferenceError_, ReferenceService, RefOutputs
 from musaenv.evaluator.verdict import judge, unconditioned_misses
@@ -374,13 +373,15 @@ class LocalEvaluator:
                 for i, why in self._reference.condition(task, plan, misses, limit_s).items():
                     ref.skips[i] = why
 
-    def _pairer(self, task: Task, plan: EvalPlan) -> Callable[[], RefSession] | None:
+    def _pairer(self, task: Task, plan: EvalPlan) -> Pairer | None:
         """Starts the reference's side of paired timing when the candidate reaches it (``None``: not paired)."""
         timing = self._timing_request(plan)
         if timing is None or not timing.paired:
             return None
         limit_s = self.config.timing_timeout_s + (self.config.compile_timeout_s if timing.baseline == "compile" else 0)
-        return partial(self._reference.start_pairing, task, plan, timing, limit_s)
+        ref = self._reference  # warmed ahead once the candidate's trials begin, started at its timing
+        start = partial(ref.start_pairing, task, plan, timing, limit_s)
+        return Pairer(start, partial(ref.warm_pairing, task, plan, timing))
 
     def _judge(self, task: Task, run: CandidateRun, ref: RefOutputs | None, static: tuple[str, ...]) -> EvalResult:
         """Stage 6: the verdict (:func:`~musaenv.evaluator.verdict.judge`), the speedup's baseline said."""
@@ -481,9 +482,7 @@ class LocalEvaluator:
             warnings=tuple(report.warning_flags),
         )
 
-    def _run_candidate(
-        self, task: Task, code: str, plan: EvalPlan, pairer: Callable[[], RefSession] | None = None
-    ) -> CandidateRun:
+    def _run_candidate(self, task: Task, code: str, plan: EvalPlan, pairer: Pairer | None = None) -> CandidateRun:
         worker = self._take_worker()
         try:
             return drive_candidate(

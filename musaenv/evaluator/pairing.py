@@ -39,7 +39,7 @@ from musaenv.isolation.plans import TimingPlan
 from musaenv.isolation.process import WorkerProcess
 from musaenv.timing.paired import PairedSamples, settled
 
-__all__ = ["Handoff", "PairingError", "RefSession", "pair_calls"]
+__all__ = ["Handoff", "Pairer", "PairingError", "RefSession", "end_unused", "pair_calls"]
 
 Got = tuple[dict[str, Any], list[np.ndarray]]
 Handoff = Got | str
@@ -50,6 +50,18 @@ _POLL_S = 0.25
 
 class PairingError(Exception):
     """The reference's side of paired timing failed: the harness's problem (``infra_error``), never the candidate's."""
+
+
+@dataclass(frozen=True)
+class Pairer:
+    """Starts the reference's side of one evaluation's paired timing: :attr:`ahead` when the candidate's trials
+    begin (its warm-up sent ahead, best effort), the call itself when the candidate reaches its timing."""
+
+    start: Callable[[], RefSession]
+    ahead: Callable[[], None] = lambda: None
+
+    def __call__(self) -> RefSession:
+        return self.start()
 
 
 class RefSession:
@@ -112,6 +124,18 @@ class RefSession:
                 return timing, kept
             else:
                 raise PairingError(f"unexpected message from the reference while timing: {msg.get('type')!r}")
+
+
+def end_unused(worker: WorkerProcess, limit_s: float = 30.0) -> bool:
+    """End a reference's paired request that no pairing used: told to stop before its first call, it sends its
+    empty timing and its result. False when it did not (the caller restarts the worker)."""
+    session = RefSession(worker, StageClock(worker.pid, limit_s))
+    try:
+        session.send(TimeEnd().to_dict())
+        session.finish()
+    except PairingError:
+        return False
+    return True
 
 
 def _kept_outputs(timing: Timing, arrays: list[np.ndarray]) -> dict[int, list[np.ndarray]]:

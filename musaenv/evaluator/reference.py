@@ -2,23 +2,19 @@
 
 By default the reference is timed call by call beside the candidate (paired timing, :mod:`.pairing`; started
 here by :meth:`ReferenceService.start_pairing`). With ``TimingConfig.reference="dedicated_host"`` reference
-timings are cached per (task, shape, device, host, torch version, timing settings, timing method and version:
-:attr:`~musaenv.timing.method.TimingMethod.key`) in memory and on disk, so a reference is timed once per machine,
-in a clean process with fixed numerics flags.
+timings are cached (:mod:`.reftime`), so a reference is timed once per machine, in a clean process with fixed
+numerics flags.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,12 +24,12 @@ from musaenv.config import TimingConfig
 from musaenv.evaluator.awake import awake_cores
 from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
-from musaenv.evaluator.pairing import PairingError, RefSession
+from musaenv.evaluator.pairing import PairingError, RefSession, end_unused
 from musaenv.evaluator.plan import EvalPlan, StressTrial
+from musaenv.evaluator.reftime import RefTimeCache
 from musaenv.isolation import forkserver
 from musaenv.isolation.channel import ProtocolError, Stalled
 from musaenv.isolation.forkserver import ForkServer
-from musaenv.isolation.integrity import read_sealed, write_sealed
 from musaenv.isolation.limits import StageClock
 from musaenv.isolation.messages import (
     ConditionRequest,
@@ -120,55 +116,20 @@ class ReferenceService:
         self.cpu_threads = cpu_threads
         self.timing = timing
         self.method = timing_method(timing.reference)  # how the reference is timed, and the version in its key
-        self.cache_dir = cache_root / "reftime"
+        self.times = RefTimeCache(cache_root / "reftime", device, cpu_threads, timing, self.method)
         self.task_peaks: dict[str, float] = {}  # task source hash -> MB its reference added at its peak
-        self._memo: dict[str, tuple[TimingStats, str]] = {}
         self._worker: WorkerProcess | None = None
         self._session: RefSession | None = None  # the last paired timing (a broken one took its worker along)
-
-    def _timing_key(self, task: Task, plan: EvalPlan) -> str:
-        try:
-            torch_version = metadata.version("torch")
-        except metadata.PackageNotFoundError:
-            torch_version = "none"
-        parts = [
-            task.source_hash,
-            json.dumps(plan.shapes[0], sort_keys=True),
-            self.device,
-            platform.node(),
-            torch_version,
-            str(self.cpu_threads),
-            self.timing.to_json(),
-            self.method.key,
-        ]
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+        self._ahead: tuple[WorkerProcess, dict[str, Any]] | None = None  # a paired request sent ahead (warm_pairing)
 
     def cached_timing(self, task: Task, plan: EvalPlan) -> TimingStats | None:
         """The cached reference timing for this task and shape, if any (only with ``reference="dedicated_host"``)."""
-        cached = self._cached(task, plan)
+        cached = self.times.get(task, plan)
         return cached[0] if cached else None
 
-    def _cached(self, task: Task, plan: EvalPlan) -> tuple[TimingStats, str] | None:
-        if not self.method.caches_reference:
-            return None
-        key = self._timing_key(task, plan)
-        if key not in self._memo:
-            d = read_sealed(self.cache_dir / f"{key}.json", f"reftime:{key}")  # a forged entry is re-measured
-            if d is None:
-                return None
-            try:
-                self._memo[key] = (TimingStats.from_dict(d), str(d.get("note", "")))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                return None
-        return self._memo[key]
-
-    def _store_timing(self, task: Task, plan: EvalPlan, stats: TimingStats, note: str) -> None:
-        key = self._timing_key(task, plan)
-        self._memo[key] = (stats, note)
-        body = {**stats.to_dict(), **({"note": note} if note else {})}
-        write_sealed(self.cache_dir / f"{key}.json", f"reftime:{key}", body)
-
-    def _ensure_worker(self) -> WorkerProcess:
+    def _ensure_worker(self, keep_ahead: bool = False) -> WorkerProcess:
+        if self._ahead is not None and not keep_ahead:
+            self._end_ahead()
         if self._session is not None and self._session.broken and self._session.worker is self._worker:
             self._worker = None  # closed mid-protocol by the pairing: its exit status may not be known yet
         self._session = None
@@ -254,19 +215,46 @@ class ReferenceService:
         """True when :meth:`run` will time the reference (timing requested, not paired and not cached yet)."""
         return bool(timing_cfg) and not self.paired and self.cached_timing(task, plan) is None
 
+    def warm_pairing(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan) -> None:
+        """Send the paired request ahead (CPU only; best effort), on the untimed cores: the reference's model is
+        built and its warm-up calls run while the candidate runs its trials, and :meth:`start_pairing` for the same
+        request then only pins the worker to the timing cores. One no pairing uses is ended at the next request."""
+        if self.device != "cpu":
+            return
+        try:
+            worker = self._ensure_worker()
+            pin_threads(worker.pid, set(os.sched_getaffinity(0)))
+            req = self._request(task, plan, replace(timing_cfg, paired=True), kind=PairedRequest).to_dict()
+            worker.chan.send(req)
+        except (ReferenceError_, OSError) as e:
+            log.debug("reference warm-up not started ahead: %s", e)
+            return
+        self._ahead = (worker, req)
+
+    def _end_ahead(self) -> None:
+        """End the paired request sent ahead that no pairing used (its worker restarted if it does not end)."""
+        assert self._ahead is not None
+        worker, self._ahead = self._ahead[0], None
+        if worker is self._worker and worker.poll() is None and not end_unused(worker):
+            worker.close()
+            self._worker = None
+
     def start_pairing(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan, timeout_s: float) -> RefSession:
         """Start the reference's side of paired timing (:mod:`.pairing`): the worker pinned to the timing cores
-        a candidate gets, its warm-up under way, its calls waiting for the parent.
+        a candidate gets, its warm-up under way (or done: :meth:`warm_pairing`), its calls waiting for the parent.
 
         Raises:
             PairingError: the worker could not be started or asked.
         """
         try:
-            worker = self._ensure_worker()
+            req = self._request(task, plan, replace(timing_cfg, paired=True), kind=PairedRequest).to_dict()
+            ahead = self._ahead is not None and self._ahead[1] == req
+            worker = self._ensure_worker(keep_ahead=ahead)
+            sent, self._ahead = ahead and self._ahead is not None and self._ahead[0] is worker, None
             if self.device == "cpu":
                 pin_threads(worker.pid, timing_cpus(self.cpu_threads))
-            req = self._request(task, plan, replace(timing_cfg, paired=True), kind=PairedRequest)
-            worker.chan.send(req.to_dict())
+            if not sent:
+                worker.chan.send(req)
         except (ReferenceError_, OSError) as e:
             if self._worker is not None:
                 self._worker.close()
@@ -299,7 +287,7 @@ class ReferenceService:
     ) -> RefOutputs:
         worker = self._ensure_worker()
         req = self._request(task, plan, timing_cfg, calls, probes)
-        cached = self._cached(task, plan) if timing_cfg and not req.timing else None
+        cached = self.times.get(task, plan) if timing_cfg and not req.timing else None
         # timed on the same cores a candidate's timed calls get; untimed, anywhere
         timed_cpus = timing_cpus(self.cpu_threads) if req.timing and self.device == "cpu" else None
         pin_threads(worker.pid, timed_cpus or set(os.sched_getaffinity(0)))
@@ -372,7 +360,7 @@ class ReferenceService:
                 out.timing_note = msg.baseline_note
                 if msg.baseline == "eager":
                     out.timing_prints = msg.fingerprints
-                self._store_timing(task, plan, out.timing, out.timing_note)
+                self.times.put(task, plan, out.timing, out.timing_note)
             elif isinstance(msg, Result):
                 if msg.failure is not None:
                     raise ReferenceError_(f"the reference program of {task.id} failed:\n{msg.failure.log}")

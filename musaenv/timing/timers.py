@@ -183,8 +183,12 @@ class CallGate(Protocol):
         ...
 
 
-def _flush_buffer(clock: DeviceClock, flush_bytes: int) -> torch.Tensor | None:
-    return torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
+def _flush_buffer(clock: DeviceClock, flush_bytes: int, touch: bool = False) -> torch.Tensor | None:
+    """The eviction buffer; ``touch``: its pages faulted in now, not in the first call's prepare."""
+    buf = torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=clock.device) if flush_bytes else None
+    if buf is not None and touch:
+        buf.fill_(0.0)
+    return buf
 
 
 def time_gated(
@@ -211,7 +215,7 @@ def time_gated(
     ``draw`` (seed -> fresh inputs): a call whose seed the parent sends is drawn when prepared, the warm-up calls
     run on clones of one input drawn from ``warmup_seeds[0]`` (``inputs`` may be empty): no timed input exists
     before its call does."""
-    flush = _flush_buffer(clock, flush_bytes)
+    flush = _flush_buffer(clock, flush_bytes, touch=reference)  # the reference's warm-up runs ahead of the pairing
     _warm_up(fn, warmup, inputs, draw(warmup_seeds[0]) if draw is not None and warmup and warmup_seeds else None)
     clock.sync()
     run, out, read = TimedRun([], [], {}), None, None

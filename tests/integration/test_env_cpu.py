@@ -12,6 +12,8 @@ from gymnasium.utils.env_checker import check_env
 import musaenv
 from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
+from musaenv.isolation.channel import Channel
+from musaenv.isolation.messages import PairedRequest, TimeEnd
 from musaenv.tasks.builtin import get_task
 from musaenv.tasks.task import load_task_file
 from musaenv.types import Stage
@@ -74,6 +76,36 @@ def test_reference_paired_by_default_cached_on_a_dedicated_host_or_beside_every_
         fresh = [ev.evaluate(relu, hazard_candidate("relu_ok"), seed=s) for s in (13, 14)]
     assert all(r.stage is Stage.CORRECT and r.ref_timing is not None for r in fresh)
     assert fresh[0].ref_timing != fresh[1].ref_timing != cached[0]  # timed again beside each candidate
+
+
+def test_the_reference_warms_up_ahead_and_an_unused_warm_up_is_ended_cleanly(relu, monkeypatch):
+    """The paired request goes to the reference when the candidate's trials begin (its model built and warmed on the
+    untimed cores meanwhile), once: the pairing uses it. A candidate that raises in its trials leaves it unused; the
+    next request ends it with ``time_end`` and the same reference worker serves on."""
+    sent: list[tuple[Channel, str]] = []
+    send = Channel.send
+
+    def spy(self, msg, arrays=None, give_up=None):
+        sent.append((self, str(msg.get("type"))))
+        return send(self, msg, arrays, give_up)
+
+    monkeypatch.setattr(Channel, "send", spy)
+    with LocalEvaluator("cpu", FAST) as ev:
+        first = ev.evaluate(relu, hazard_candidate("relu_ok"), seed=31)
+        assert first.stage is Stage.CORRECT and first.timing_pairs >= 3, first.to_dict()
+        worker = ev._reference._worker
+        to_ref = lambda: [kind for chan, kind in sent if chan is worker.chan]  # noqa: E731
+        assert to_ref().count(PairedRequest.TYPE) == 1, to_ref()
+        raised = ev.evaluate(relu, hazard_candidate("throws"), seed=32)
+        assert raised.stage is Stage.RUNTIME_ERROR, raised.to_dict()
+        assert to_ref().count(PairedRequest.TYPE) == 2, to_ref()
+        again = ev.evaluate(relu, hazard_candidate("relu_ok"), seed=33)
+        assert again.stage is Stage.CORRECT and again.timing_pairs >= 3, again.to_dict()
+        kinds = to_ref()
+        unused = kinds.index(PairedRequest.TYPE, kinds.index(PairedRequest.TYPE) + 1)
+        assert kinds[unused + 1 : unused + 3] == [TimeEnd.TYPE, "draw"], kinds  # ended before the next request
+        assert kinds.count(PairedRequest.TYPE) == 3, kinds
+        assert ev._reference._worker is worker  # ended by the protocol, not by a restart
 
 
 def test_torch_compile_baseline_and_its_fallback(relu, tmp_path):

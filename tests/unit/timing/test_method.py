@@ -77,6 +77,6 @@ def test_a_new_method_version_re_measures_the_cached_reference(tmp_path: Path, m
     config_timing = TimingConfig(reference="dedicated_host")
     service = ReferenceService("cpu", 1, config_timing, tmp_path)
     plan = make_plan(task, "cpu", EvalConfig(), 0)
-    before = service._timing_key(task, plan)
+    before = service.times.key(task, plan)
     monkeypatch.setattr(SeparateTiming, "version", "median-2")
-    assert service._timing_key(task, plan) != before
+    assert service.times.key(task, plan) != before
