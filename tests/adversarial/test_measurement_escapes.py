@@ -45,6 +45,9 @@ RUNTIME_CATCHES: dict[str, tuple[str, ...]] = {
     # the guard's snapshot of the harness operators' dispatcher tables (runtime_probe.HARNESS_OPS), taken before
     # the candidate loaded: a kernel it registered for aten::clone is the harness's tampering
     "m_clone_override_py": ("harness_tampering",),
+    # a helper thread left running to slow the interleaved reference: more threads after the forward than before
+    # it (a CPU-backend error), and the parent's CPU time of each call against the worker's own measure
+    "m_slow_reference_cpp": ("thread_started", "timing_forged"),
 }
 # candidate -> how it passes the runtime layer alone (only the static checks refuse it under the defaults).
 RUNTIME_ESCAPES: dict[str, str] = {}
