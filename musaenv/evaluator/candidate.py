@@ -312,7 +312,7 @@ def _pair(
 
     cpu = process_cpu_clock(worker.pid) if cpu_clock else None
     t0 = time.monotonic()
-    ref = pairer()
+    ref = pairer.start()
     clock.exclude(time.monotonic() - t0)  # the reference's start, its calls and its report: not the candidate's time
     paired, handoff = pair_calls(recv, partial(worker.chan.send, give_up=clock.over), ref, timing, cpu, clock.exclude)
     run.paired = dataclasses.replace(paired, threads=run.cpu_budget)

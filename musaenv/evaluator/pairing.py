@@ -60,9 +60,6 @@ class Pairer:
     start: Callable[[], RefSession]
     ahead: Callable[[], None] = lambda: None
 
-    def __call__(self) -> RefSession:
-        return self.start()
-
 
 class RefSession:
     """The reference worker's side of one paired timing (started by its :class:`~musaenv.isolation.messages.

@@ -248,12 +248,12 @@ class ReferenceService:
         """
         try:
             req = self._request(task, plan, replace(timing_cfg, paired=True), kind=PairedRequest).to_dict()
-            ahead = self._ahead is not None and self._ahead[1] == req
-            worker = self._ensure_worker(keep_ahead=ahead)
-            sent, self._ahead = ahead and self._ahead is not None and self._ahead[0] is worker, None
+            pending = self._ahead if self._ahead is not None and self._ahead[1] == req else None
+            worker = self._ensure_worker(keep_ahead=pending is not None)
+            self._ahead = None
             if self.device == "cpu":
                 pin_threads(worker.pid, timing_cpus(self.cpu_threads))
-            if not sent:
+            if pending is None or pending[0] is not worker:  # not sent ahead, or to a worker that has since died
                 worker.chan.send(req)
         except (ReferenceError_, OSError) as e:
             if self._worker is not None:
