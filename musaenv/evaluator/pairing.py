@@ -5,14 +5,11 @@ it (:class:`~musaenv.isolation.messages.TimePrepare`: the call's inputs drawn th
 afresh for the pair and sends to both workers, the cache flushed), waits for its
 :class:`~musaenv.isolation.messages.TimeReady`, sends :class:`~musaenv.isolation.messages.TimeCall` and reads its
 :class:`~musaenv.isolation.messages.TimeDone` (the call ran and its output was read in full, as a fingerprint);
-then the other worker's call. Each worker prepares only when told, and nothing but the timed call runs in a
-window. Where cores are left untimed (the CPU backend, ``RefSession.move``), both sides of a pair prepare at once:
-the reference moved off the timing cores for its prepare and back onto them once it is ready, no call run until
-both are (the two prepares were the larger part of a short pair's wall time: ~32 ms of ~37 on l1_relu). Pair
-``i`` is the two calls on input ``i``; who goes first alternates from pair to pair, so a slow first or second
-position cancels. At most ``repeats`` pairs run; after ``min_pairs`` the parent stops at an even count (both
-orders alike) once the speedup's interval is ``stop_width`` narrow (:func:`~musaenv.timing.paired.settled`): a
-steady pair of programs is not timed longer than it needs.
+then the other worker's call. One worker runs at a time, each prepares only when told, and nothing but the timed
+call runs in a window. Pair ``i`` is the two calls on input ``i``; who goes first
+alternates from pair to pair, so a slow first or second position cancels. At most ``repeats`` pairs run; after
+``min_pairs`` the parent stops at an even count (both orders alike) once the speedup's interval is ``stop_width``
+narrow (:func:`~musaenv.timing.paired.settled`): a steady pair of programs is not timed longer than it needs.
 
 The sample of a call is measured by the parent from sending the call to reading its answer: on the CPU the worker
 process's CPU time over that window, read from the kernel's accounting (:func:`~musaenv.evaluator.cpu_watch.
@@ -74,9 +71,6 @@ class RefSession:
         self.timing: Timing | None = None
         self.arrays: list[np.ndarray] = []  # those of the last message read
         self.broken = False  # left mid-protocol and closed: its service must start another worker
-        # Where the worker runs: move(False) off the timing cores (to prepare a call beside the candidate's
-        # prepare), move(True) back on them (before its call). None: it stays, and the two sides prepare in turn.
-        self.move: Callable[[bool], None] | None = None
 
     def send(self, msg: dict[str, Any]) -> None:
         """Send ``msg``; a gone worker is a :class:`PairingError`."""
@@ -172,26 +166,16 @@ class _Side:
         return page_faults(pid) if isinstance(pid, int) else None
 
 
-def _ask(side: _Side, index: int, seed: int) -> int:
-    """Tell ``side`` to prepare call ``index`` on inputs drawn from ``seed``; returns when it was asked (ns)."""
+def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
+    """Call ``index`` of ``side`` on inputs drawn from ``seed``: prepared when told, then timed by this process from
+    call to answer."""
     asked = time.perf_counter_ns()
     side.send(TimePrepare(index=index, seed=seed).to_dict())
-    return asked
-
-
-def _ready(side: _Side, index: int, asked: int) -> Handoff | None:
-    """Read ``side``'s readiness for call ``index`` (asked at ``asked``, ns): its prepare's wall time recorded."""
     ready = side.recv()
     if isinstance(ready, (TimeReady, TimeDone)) and (not isinstance(ready, TimeReady) or ready.index != index):
         raise ProtocolError(f"expected readiness for timed call {index}, got {ready!r}"[:200])
     if not isinstance(ready, TimeReady):
         return ready
-    side.prep_ms.append((time.perf_counter_ns() - asked) / 1e6)
-    return None
-
-
-def _window(side: _Side, index: int) -> Handoff | None:
-    """Call ``index`` of a prepared ``side``, timed by this process from call to answer."""
     c0 = side.cpu() if side.cpu is not None else 0
     f0 = side.page_faults()
     t0 = time.perf_counter_ns()
@@ -205,6 +189,7 @@ def _window(side: _Side, index: int) -> Handoff | None:
     if not isinstance(done, TimeDone):
         return done
     side.ms.append(((c1 - c0) if side.cpu is not None else (t1 - t0)) / 1e6)
+    side.prep_ms.append((t0 - asked) / 1e6)
     side.wall_ms.append((t1 - t0) / 1e6)
     if f0 is not None and f1 is not None:
         side.faults.append((f1[0] - f0[0], f1[1] - f0[1]))
@@ -213,29 +198,6 @@ def _window(side: _Side, index: int) -> Handoff | None:
     side.last_ns = c1
     side.own_ms.append(float(done.ms))
     return None
-
-
-def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
-    """Call ``index`` of ``side`` on inputs drawn from ``seed``: prepared when told, then timed."""
-    handoff = _ready(side, index, _ask(side, index, seed))
-    return handoff if handoff is not None else _window(side, index)
-
-
-def _prepared_together(
-    r: _Side, c: _Side, index: int, seed: int, move: Callable[[bool], None], waits: Callable[[float], None]
-) -> Handoff | None:
-    """Both sides of pair ``index`` prepared at once: the reference moved off the timing cores for its prepare
-    (``move(False)``) and back once ready (``move(True)``), so that the two prepares overlap; no call runs until
-    both are ready. The reference's prepare is always read to its end, even when the candidate's part ended."""
-    move(False)
-    r_asked = _ask(r, index, seed)
-    handoff = _ready(c, index, _ask(c, index, seed))
-    t0 = time.monotonic()
-    if _ready(r, index, r_asked) is not None:  # the reference's recv raises rather than hands off
-        raise ProtocolError(f"the reference ended its part before timed call {index}")
-    waits(time.monotonic() - t0)
-    move(True)
-    return handoff
 
 
 def pair_calls(
@@ -266,32 +228,6 @@ def pair_calls(
         raise
 
 
-def _one_pair(
-    r: _Side,
-    c: _Side,
-    index: int,
-    seed: int,
-    ref_first: bool,
-    move: Callable[[bool], None] | None,
-    waits: Callable[[float], None],
-) -> tuple[Handoff | None, bool]:
-    """Pair ``index`` on inputs drawn from ``seed``, prepared together when ``move`` is given, else each side
-    prepared just before its call. Returns what ended the candidate's part, if anything, and whether the reference
-    was left prepared, waiting for its call."""
-    if move is not None:
-        handoff = _prepared_together(r, c, index, seed, move, waits)
-        if handoff is not None:
-            return handoff, True
-    for side in (r, c) if ref_first else (c, r):
-        t0 = time.monotonic()
-        handoff = _window(side, index) if move is not None else _timed(side, index, seed)
-        if side is r:
-            waits(time.monotonic() - t0)
-        if handoff is not None:
-            return handoff, move is not None and not ref_first  # the reference, second, still waits for its call
-    return None, False
-
-
 def _pair_calls(
     c: _Side, ref: RefSession, timing: TimingPlan, waits: Callable[[float], None]
 ) -> tuple[PairedSamples, Handoff | None]:
@@ -304,16 +240,20 @@ def _pair_calls(
     seeds: list[int] = []
     handoff: Handoff | None = None
     end = time.monotonic() + budget
-    move = ref.move if ref_cpu is not None else None  # the two prepares overlap (CPU clock, spare cores only)
-    r_ready = False
     i = 0
     while handoff is None:
         firsts.append(i % 2 == 0)
         seeds.append(secrets.randbelow(2**31))  # drawn now: no worker can know a later call's inputs
-        handoff, r_ready = _one_pair(r, c, i, seeds[-1], firsts[-1], move, waits)
+        for side in (r, c) if firsts[-1] else (c, r):
+            t0 = time.monotonic()
+            handoff = _timed(side, i, seeds[-1])
+            if side is r:
+                waits(time.monotonic() - t0)
+            if handoff is not None:
+                break
+        i += 1
         if handoff is not None:
             break
-        i += 1
         kept = not any(k >= i for k in keep)
         enough = i >= timing.min_pairs and i % 2 == 0 and kept and settled(r.ms, c.ms, timing.stop_width)
         if i >= repeats or enough or (i >= 3 and time.monotonic() > end and kept):
@@ -321,8 +261,6 @@ def _pair_calls(
             r.send(TimeEnd().to_dict())
             break
     if handoff is not None:
-        if r_ready:  # prepared beside a candidate that then stopped: its call runs (untimed) before it can end
-            _window(_Side(ref.next, ref.send, None), i)
         ref.send(TimeEnd().to_dict())  # the reference waits for its next call: let it end
     t0 = time.monotonic()
     ref_timing, ref_kept = ref.finish()

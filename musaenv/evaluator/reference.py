@@ -261,22 +261,7 @@ class ReferenceService:
                 self._worker = None
             raise PairingError(f"the reference worker could not start paired timing: {e}") from None
         self._session = RefSession(worker, StageClock(worker.pid, timeout_s))
-        self._session.move = self._mover(worker.pid)
         return self._session
-
-    def _mover(self, pid: int) -> Callable[[bool], None] | None:
-        """How paired timing moves the worker ``pid`` between the cores left untimed (to prepare a call while the
-        candidate prepares its own) and the timing cores (for its call); None when nothing is left untimed (the
-        two sides then prepare in turn) or off the CPU."""
-        timed = timing_cpus(self.cpu_threads)
-        spare = set(os.sched_getaffinity(0)) - timed
-        if self.device != "cpu" or not spare:
-            return None
-
-        def move(on_timing: bool) -> None:
-            pin_threads(pid, timed if on_timing else spare)
-
-        return move
 
     def prepare(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan | None) -> None:
         """Let the worker draw this plan's inputs now (CPU only; no reply), before :meth:`run` needs the device.
