@@ -20,7 +20,7 @@ import numpy as np
 
 from musaenv.config import EvalConfig
 from musaenv.evaluator.awake import Awake, awake_cores
-from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, mover, pin_threads, process_cpu_clock, timing_cpus
+from musaenv.evaluator.cpu_watch import CpuWatch, PhaseUsage, pin_threads, process_cpu_clock, timing_cpus
 from musaenv.evaluator.memory import oom_kills
 from musaenv.evaluator.pairing import Handoff, Pairer, PairingError, pair_calls
 from musaenv.isolation.channel import GiveUp, ProtocolError, Stalled
@@ -314,9 +314,7 @@ def _pair(
     t0 = time.monotonic()
     ref = pairer.start()
     clock.exclude(time.monotonic() - t0)  # the reference's start, its calls and its report: not the candidate's time
-    move = mover(worker.pid, run.cpu_budget) if cpu_clock else None  # to prepare beside the reference's prepare
-    send = partial(worker.chan.send, give_up=clock.over)
-    paired, handoff = pair_calls(recv, send, ref, timing, cpu, clock.exclude, move)
+    paired, handoff = pair_calls(recv, partial(worker.chan.send, give_up=clock.over), ref, timing, cpu, clock.exclude)
     run.paired = dataclasses.replace(paired, threads=run.cpu_budget)
     return handoff
 

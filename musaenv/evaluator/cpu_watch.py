@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,21 +141,6 @@ def timing_cpus(n: int) -> set[int]:
     evaluator's device slot, so one set serves every evaluation of a process)."""
     allowed = sorted(os.sched_getaffinity(0))
     return set(allowed[-max(1, n) :])
-
-
-def mover(pid: int, n: int) -> Callable[[bool], None] | None:
-    """How paired timing moves the process ``pid`` between the cores left untimed (``move(False)``: to prepare a
-    call beside the other side's prepare) and the timing cores of ``n`` threads (``move(True)``: for its call);
-    None when no core is left untimed."""
-    timed = timing_cpus(n)
-    spare = set(os.sched_getaffinity(0)) - timed
-    if not spare:
-        return None
-
-    def move(on_timing: bool) -> None:
-        pin_threads(pid, timed if on_timing else spare)
-
-    return move
 
 
 def pin_threads(pid: int, cpus: set[int]) -> int:

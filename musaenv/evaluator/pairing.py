@@ -5,15 +5,11 @@ it (:class:`~musaenv.isolation.messages.TimePrepare`: the call's inputs drawn th
 afresh for the pair and sends to both workers, the cache flushed), waits for its
 :class:`~musaenv.isolation.messages.TimeReady`, sends :class:`~musaenv.isolation.messages.TimeCall` and reads its
 :class:`~musaenv.isolation.messages.TimeDone` (the call ran and its output was read in full, as a fingerprint);
-then the other worker's call. Each worker prepares only when told, and nothing but the timed call runs in a
-window. Where cores are left untimed (the CPU backend: ``RefSession.move`` and the candidate's mover), both sides
-of a pair prepare at once: the side that calls second moves off the timing cores for its prepare and back onto them
-once ready, and no call runs until both are (the two prepares were ~32 ms of a ~37 ms l1_relu pair). Who moves
-alternates with the order, so a cost of moving cancels as an order effect does. Pair
-``i`` is the two calls on input ``i``; who goes first alternates from pair to pair, so a slow first or second
-position cancels. At most ``repeats`` pairs run; after ``min_pairs`` the parent stops at an even count (both
-orders alike) once the speedup's interval is ``stop_width`` narrow (:func:`~musaenv.timing.paired.settled`): a
-steady pair of programs is not timed longer than it needs.
+then the other worker's call. One worker runs at a time, each prepares only when told, and nothing but the timed
+call runs in a window. Pair ``i`` is the two calls on input ``i``; who goes first
+alternates from pair to pair, so a slow first or second position cancels. At most ``repeats`` pairs run; after
+``min_pairs`` the parent stops at an even count (both orders alike) once the speedup's interval is ``stop_width``
+narrow (:func:`~musaenv.timing.paired.settled`): a steady pair of programs is not timed longer than it needs.
 
 The sample of a call is measured by the parent from sending the call to reading its answer: on the CPU the worker
 process's CPU time over that window, read from the kernel's accounting (:func:`~musaenv.evaluator.cpu_watch.
@@ -75,9 +71,6 @@ class RefSession:
         self.timing: Timing | None = None
         self.arrays: list[np.ndarray] = []  # those of the last message read
         self.broken = False  # left mid-protocol and closed: its service must start another worker
-        # Where the worker runs: move(False) off the timing cores (to prepare a call beside the candidate's
-        # prepare), move(True) back on them (before its call); cpu_watch.mover. None: the sides prepare in turn.
-        self.move: Callable[[bool], None] | None = None
 
     def send(self, msg: dict[str, Any]) -> None:
         """Send ``msg``; a gone worker is a :class:`PairingError`."""
@@ -166,7 +159,6 @@ class _Side:
     prep_ms: list[float] = field(default_factory=list)  # per call, wall: asked to prepare -> ready
     wall_ms: list[float] = field(default_factory=list)  # per call, wall: time_call sent -> time_done read
     last_ns: int | None = None
-    move: Callable[[bool], None] | None = None  # off (False) and back onto (True) the timing cores
 
     def page_faults(self) -> tuple[int, int] | None:
         """The worker's page faults so far (on the CPU clock only: it names the worker's pid)."""
@@ -174,26 +166,16 @@ class _Side:
         return page_faults(pid) if isinstance(pid, int) else None
 
 
-def _ask(side: _Side, index: int, seed: int) -> int:
-    """Tell ``side`` to prepare call ``index`` on inputs drawn from ``seed``; returns when it was asked (ns)."""
+def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
+    """Call ``index`` of ``side`` on inputs drawn from ``seed``: prepared when told, then timed by this process from
+    call to answer."""
     asked = time.perf_counter_ns()
     side.send(TimePrepare(index=index, seed=seed).to_dict())
-    return asked
-
-
-def _ready(side: _Side, index: int, asked: int) -> Handoff | None:
-    """Read ``side``'s readiness for call ``index`` (asked at ``asked``, ns): its prepare's wall time recorded."""
     ready = side.recv()
     if isinstance(ready, (TimeReady, TimeDone)) and (not isinstance(ready, TimeReady) or ready.index != index):
         raise ProtocolError(f"expected readiness for timed call {index}, got {ready!r}"[:200])
     if not isinstance(ready, TimeReady):
         return ready
-    side.prep_ms.append((time.perf_counter_ns() - asked) / 1e6)
-    return None
-
-
-def _window(side: _Side, index: int) -> Handoff | None:
-    """Call ``index`` of a prepared ``side``, timed by this process from call to answer."""
     c0 = side.cpu() if side.cpu is not None else 0
     f0 = side.page_faults()
     t0 = time.perf_counter_ns()
@@ -207,6 +189,7 @@ def _window(side: _Side, index: int) -> Handoff | None:
     if not isinstance(done, TimeDone):
         return done
     side.ms.append(((c1 - c0) if side.cpu is not None else (t1 - t0)) / 1e6)
+    side.prep_ms.append((t0 - asked) / 1e6)
     side.wall_ms.append((t1 - t0) / 1e6)
     if f0 is not None and f1 is not None:
         side.faults.append((f1[0] - f0[0], f1[1] - f0[1]))
@@ -217,33 +200,6 @@ def _window(side: _Side, index: int) -> Handoff | None:
     return None
 
 
-def _timed(side: _Side, index: int, seed: int) -> Handoff | None:
-    """Call ``index`` of ``side`` on inputs drawn from ``seed``: prepared when told, then timed."""
-    handoff = _ready(side, index, _ask(side, index, seed))
-    return handoff if handoff is not None else _window(side, index)
-
-
-def _prepared_together(
-    r: _Side, c: _Side, index: int, seed: int, ref_first: bool, waits: Callable[[float], None]
-) -> Handoff | None:
-    """Both sides of pair ``index`` prepared at once: the side that calls second moved off the timing cores for its
-    prepare and back once ready, so that the two prepares overlap; no call runs until both are ready. The
-    reference's prepare is always read to its end, even when the candidate's part ended."""
-    second = c if ref_first else r
-    assert second.move is not None
-    second.move(False)
-    try:
-        r_asked = _ask(r, index, seed)
-        handoff = _ready(c, index, _ask(c, index, seed))
-        t0 = time.monotonic()
-        if _ready(r, index, r_asked) is not None:  # the reference's recv raises rather than hands off
-            raise ProtocolError(f"the reference ended its part before timed call {index}")
-        waits(time.monotonic() - t0)
-    finally:
-        second.move(True)
-    return handoff
-
-
 def pair_calls(
     cand_recv: Callable[[], TimeReady | TimeDone | Handoff],
     cand_send: Callable[[dict[str, Any]], None],
@@ -251,7 +207,6 @@ def pair_calls(
     timing: TimingPlan,
     cand_cpu: Callable[[], int] | None = None,
     cand_waits: Callable[[float], None] | None = None,
-    cand_move: Callable[[bool], None] | None = None,
 ) -> tuple[PairedSamples, Handoff | None]:
     """Run the paired calls of the plan ``timing`` (``repeats``, ``max_time_s``, ``keep``).
 
@@ -260,46 +215,17 @@ def pair_calls(
     measured so far. The reference's own measures and fingerprints come from its ``timing`` message.
     ``cand_cpu``: the candidate worker's CPU-time clock; given (on the CPU), both workers' samples are CPU time.
     ``cand_waits`` is told the seconds the candidate waited on the reference's calls (not the candidate's time).
-    ``cand_move``: moves the candidate worker off and back onto the timing cores (``cpu_watch.mover``); with the
-    reference's (:attr:`RefSession.move`) and the CPU clock, both sides of a pair prepare at once.
 
     Raises:
         PairingError: the reference's side failed.
         ProtocolError: the candidate answered out of turn.
     """
     try:
-        cand = _Side(cand_recv, cand_send, cand_cpu, move=cand_move)
-        return _pair_calls(cand, ref, timing, cand_waits or (lambda s: None))
+        return _pair_calls(_Side(cand_recv, cand_send, cand_cpu), ref, timing, cand_waits or (lambda s: None))
     except BaseException:
         ref.broken = True  # left mid-protocol: the service starts a fresh reference worker for the next request
         ref.worker.close()
         raise
-
-
-def _one_pair(
-    r: _Side,
-    c: _Side,
-    index: int,
-    seed: int,
-    ref_first: bool,
-    together: bool,
-    waits: Callable[[float], None],
-) -> tuple[Handoff | None, bool]:
-    """Pair ``index`` on inputs drawn from ``seed``, both sides prepared at once when ``together``, else each
-    prepared just before its call. Returns what ended the candidate's part, if anything, and whether the reference
-    was left prepared, waiting for its call."""
-    if together:
-        handoff = _prepared_together(r, c, index, seed, ref_first, waits)
-        if handoff is not None:
-            return handoff, True
-    for side in (r, c) if ref_first else (c, r):
-        t0 = time.monotonic()
-        handoff = _window(side, index) if together else _timed(side, index, seed)
-        if side is r:
-            waits(time.monotonic() - t0)
-        if handoff is not None:
-            return handoff, together and not ref_first  # the reference, second, still waits for its call
-    return None, False
 
 
 def _pair_calls(
@@ -309,21 +235,25 @@ def _pair_calls(
     keep = list(timing.keep)
     ref_cpu = process_cpu_clock(ref.worker.pid) if c.cpu is not None else None
     c.cpu = c.cpu if ref_cpu is not None else None  # both on one clock, or both on the wall clock
-    r = _Side(ref.next, ref.send, ref_cpu, move=ref.move)
+    r = _Side(ref.next, ref.send, ref_cpu)
     firsts: list[bool] = []
     seeds: list[int] = []
     handoff: Handoff | None = None
     end = time.monotonic() + budget
-    together = ref_cpu is not None and r.move is not None and c.move is not None  # CPU clock, spare cores only
-    r_ready = False
     i = 0
     while handoff is None:
         firsts.append(i % 2 == 0)
         seeds.append(secrets.randbelow(2**31))  # drawn now: no worker can know a later call's inputs
-        handoff, r_ready = _one_pair(r, c, i, seeds[-1], firsts[-1], together, waits)
+        for side in (r, c) if firsts[-1] else (c, r):
+            t0 = time.monotonic()
+            handoff = _timed(side, i, seeds[-1])
+            if side is r:
+                waits(time.monotonic() - t0)
+            if handoff is not None:
+                break
+        i += 1
         if handoff is not None:
             break
-        i += 1
         kept = not any(k >= i for k in keep)
         enough = i >= timing.min_pairs and i % 2 == 0 and kept and settled(r.ms, c.ms, timing.stop_width)
         if i >= repeats or enough or (i >= 3 and time.monotonic() > end and kept):
@@ -331,8 +261,6 @@ def _pair_calls(
             r.send(TimeEnd().to_dict())
             break
     if handoff is not None:
-        if r_ready:  # prepared beside a candidate that then stopped: its call runs (untimed) before it can end
-            _window(_Side(ref.next, ref.send, None), i)
         ref.send(TimeEnd().to_dict())  # the reference waits for its next call: let it end
     t0 = time.monotonic()
     ref_timing, ref_kept = ref.finish()

@@ -22,7 +22,7 @@ import numpy as np
 
 from musaenv.config import TimingConfig
 from musaenv.evaluator.awake import awake_cores
-from musaenv.evaluator.cpu_watch import mover, pin_threads, timing_cpus
+from musaenv.evaluator.cpu_watch import pin_threads, timing_cpus
 from musaenv.evaluator.memory import PeakMeter
 from musaenv.evaluator.pairing import PairingError, RefSession, end_unused
 from musaenv.evaluator.plan import EvalPlan, StressTrial
@@ -261,7 +261,6 @@ class ReferenceService:
                 self._worker = None
             raise PairingError(f"the reference worker could not start paired timing: {e}") from None
         self._session = RefSession(worker, StageClock(worker.pid, timeout_s))
-        self._session.move = mover(worker.pid, self.cpu_threads) if self.device == "cpu" else None
         return self._session
 
     def prepare(self, task: Task, plan: EvalPlan, timing_cfg: TimingPlan | None) -> None:

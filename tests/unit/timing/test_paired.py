@@ -136,7 +136,6 @@ def _serve(
     repeats: int,
     seen: dict[str, Any] | None = None,
     sleep_s: Any = lambda call: 0.05,
-    draws: list[tuple[str, int]] | None = None,
 ) -> None:
     calls = iter(range(-1, repeats))  # -1: the warm-up call
 
@@ -153,8 +152,6 @@ def _serve(
         return x * 2
 
     def draw(seed: int) -> list[torch.Tensor]:
-        if draws is not None:
-            draws.append((f"{name}:draw", seed))
         return [torch.full((64,), float(seed), dtype=torch.float64)]
 
     gate = _ForgingGate(chan) if forge else ChannelGate(chan)
@@ -259,57 +256,6 @@ def test_the_parent_stops_early_with_time_end() -> None:
     assert handoff is None
     assert samples.pairs == 5  # at least 3, and on to the kept call 4, then ended by the budget
     assert cp.recv()[0]["type"] == Timing.TYPE
-
-
-def _overlapped(stop_at: int | None = None) -> tuple[PairedSamples, Any, list[tuple[str, int]], RefSession]:
-    """Pairs on the CPU clock with a reference that can move (``RefSession.move``, here a record of the moves);
-    ``stop_at``: the candidate's part ends (a limit ran out) as its readiness for that call is read."""
-    log: list[tuple[str, int]] = []
-    (cp, cw), (rp, rw) = _pipes(), _pipes()
-    threads = [threading.Thread(target=_serve, args=(w, n, log, False, 6), kwargs={"draws": log}, daemon=True)
-               for w, n in ((cw, "cand"), (rw, "ref"))]  # fmt: skip
-    for t in threads:
-        t.start()
-
-    def cand_recv() -> Any:
-        msg, arrays = cp.recv()
-        if msg["type"] == TimeReady.TYPE and msg["index"] == stop_at:
-            return "time limit"
-        return decode(msg, TimeReady, TimeDone) if msg["type"] in (TimeReady.TYPE, TimeDone.TYPE) else (msg, arrays)
-
-    ref = RefSession(_ThreadWorker(rp), StageClock(os.getpid(), 60.0))  # type: ignore[arg-type]
-    ref.move = lambda on_timing: log.append(("ref:move", int(on_timing)))
-    plan = _plan(repeats=6, max_time_s=60.0)
-    move = lambda on_timing: log.append(("cand:move", int(on_timing)))  # noqa: E731
-    samples, handoff = pair_calls(cand_recv, cp.send, ref, plan, time.process_time_ns, cand_move=move)
-    threads[1].join(10)
-    assert not threads[1].is_alive()  # the reference's side ended cleanly: timing and result sent
-    return samples, handoff, log, ref
-
-
-def test_the_two_prepares_overlap_and_the_second_side_moves_back_before_any_call() -> None:
-    samples, handoff, log, ref = _overlapped()
-    assert handoff is None and samples.pairs == 6 and samples.clock == "cpu" and not ref.broken
-    starts = [k for k, entry in enumerate(log) if entry in (("ref:move", 0), ("cand:move", 0))]
-    assert len(starts) == len(samples.seeds) == 6
-    for i, (seed, start) in enumerate(zip(samples.seeds, starts)):
-        first, second = ("ref", "cand") if i % 2 == 0 else ("cand", "ref")
-        pair = log[start : start + 6]
-        # the side that calls second leaves the timing cores, both draw the pair's inputs (in either order), it
-        # comes back, then the calls in the pair's order: who moves alternates as the order does
-        assert pair[0] == (f"{second}:move", 0) and pair[3] == (f"{second}:move", 1), pair
-        assert sorted(pair[1:3]) == [("cand:draw", seed), ("ref:draw", seed)], pair
-        assert pair[4:] == [(first, i), (second, i)], pair
-
-
-@pytest.mark.parametrize("stop_at", [2, 3])
-def test_a_candidate_that_stops_beside_a_prepared_reference_leaves_it_ended_cleanly(stop_at: int) -> None:
-    """Pair 3 runs the candidate first: the reference, prepared beside it, waits for its call when the candidate's
-    part ends, and is called (untimed) before it is told to end; pair 2's reference goes first, after both are
-    ready, so the candidate's stop leaves it waiting for its call too."""
-    samples, handoff, log, ref = _overlapped(stop_at=stop_at)
-    assert handoff == "time limit" and samples.pairs == stop_at and not ref.broken
-    assert ("ref", stop_at) in log and ("cand", stop_at) not in log
 
 
 def _pairs_until_settled(cand_sleep: Any, keep: list[int]) -> int:
