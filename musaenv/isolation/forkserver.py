@@ -22,7 +22,7 @@ with nothing but its three descriptors, its own session and working directory, a
 Size: server and client of one protocol (fork requests, channels passed with SCM_RIGHTS), kept together so both
 sides change in one place.
 """
-# Kept whole (~415 lines): the server and its client are the two ends of one protocol (Spawn, ExitQuery,
+# Kept whole (~460 lines): the server and its client are the two ends of one protocol (Spawn, ExitQuery,
 # Release); together, a change of one end is seen beside the other.
 
 from __future__ import annotations
@@ -225,6 +225,21 @@ def _package_dir() -> str:
     return str(Path(__file__).resolve().parents[1])
 
 
+def _children_in_bad_fork() -> bool:
+    """Whether a child forked now would find CUDA unusable (torch's bad-fork mark, set by any CUDA runtime call
+    before the fork, ``is_initialized()`` or not): one probe child answers, so the client can refuse this server."""
+    import torch
+
+    in_bad_fork = getattr(torch.cuda, "_is_in_bad_fork", None)
+    if in_bad_fork is None or not torch.cuda._is_compiled():
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the server process."""
     p = argparse.ArgumentParser()
@@ -235,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=a.fd)
     global _entry
     _entry = a.entry
+    # torch.utils.cpp_extension asks torch.cuda.is_available() at import whenever it finds a CUDA toolkit, and that
+    # call (cudaGetDeviceCount) marks every later fork a "bad fork": seen on an H200, every forked worker failed
+    # with "Cannot re-initialize CUDA in forked subprocess". torch's NVML-based check answers without touching the
+    # CUDA runtime; the workers inherit the setting, and their answer is the same.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import torch
 
     for name in filter(None, a.preload.split(",")):  # imported once, for every child
@@ -246,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         torch=torch.__version__,
         musaenv=_package_dir(),
         threads=len(os.listdir("/proc/self/task")),
-        cuda_initialized=bool(torch.cuda.is_initialized()),
+        cuda_initialized=bool(torch.cuda.is_initialized()) or _children_in_bad_fork(),
     )
     sock.sendall(json.dumps(ready.to_dict()).encode())
     serve_requests(sock)
@@ -325,7 +345,10 @@ class ForkServer:
         except messages.ProtocolError as e:
             raise ForkServerError(f"the fork server's first message: {e}") from None
         if ready.cuda_initialized:
-            raise ForkServerError("the fork server initialised CUDA while importing; not forking from it")
+            raise ForkServerError(
+                "the fork server initialised CUDA (or made its forks unusable for CUDA) while importing; "
+                "not forking from it"
+            )
         if ready.musaenv != _package_dir():  # a worker of other code: false verdicts
             raise ForkServerError(
                 f"the fork server imported musaenv from {ready.musaenv}, this process from "

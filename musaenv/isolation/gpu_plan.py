@@ -9,7 +9,9 @@ any machine (docs/sandbox.md, "GPU workers"):
   (:func:`limit_device_memory`: ``torch.cuda.set_per_process_memory_fraction``, ``SandboxConfig.
   device_memory_fraction``). Its host memory has no limit of its own yet: ``oom_score_adj`` 1000 makes the kernel
   kill it first under pressure, and a parent-side watch of its resident memory is still to be built.
-* ``device_nodes``: ``/dev/nvidia*`` (and MUSA's) are opened read-write: Landlock lists them as writable.
+* ``device_nodes``: ``/dev/nvidia*`` (and MUSA's) are opened read-write: Landlock lists them as writable, and with
+  them the worker's own ``/proc/<pid>``, which the NVIDIA driver writes below at ``cuInit`` (error 304 without it,
+  measured on an H200).
 * ``proc_driver``: ``/proc/driver/nvidia`` is read by the driver at init; Landlock restricts writes only and the
   hidden paths are musaenv's key directory alone, so it stays readable.
 * ``jit_cache``: the driver's PTX JIT cache (``CUDA_CACHE_PATH``) and Triton's cache live under ``HOME``, which the

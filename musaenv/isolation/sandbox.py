@@ -216,6 +216,12 @@ def _seccomp_available() -> bool:
 def _writable_paths(workdir: Path, extra: Sequence[str | Path]) -> list[str]:
     nodes = [p for pat in _GPU_NODES for p in sorted(glob.glob(pat)) if stat.S_ISCHR(os.stat(p).st_mode)]
     paths = [str(workdir), "/dev/null", *nodes]
+    if nodes:
+        # The NVIDIA driver writes below its own process's /proc entry at cuInit. Measured on an H200 under Landlock
+        # (2026-12-04): cuInit failed with error 304 until /proc/<pid> (or /proc/<pid>/task) was writable; making
+        # /proc/driver or /proc/sys writable did not help. Only the worker's own entry: its capabilities are
+        # dropped, so nothing written there reaches beyond this process.
+        paths.append(f"/proc/{os.getpid()}")
     for p in map(str, extra):
         if os.path.exists(p):
             paths.append(os.path.realpath(p))

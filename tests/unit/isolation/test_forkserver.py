@@ -111,3 +111,19 @@ def test_a_malformed_request_is_refused_by_name_and_the_server_keeps_serving(ser
         assert server.alive and server.returncode(w.pid) is None  # still answering, the worker still running
     finally:
         w.kill()
+
+
+def test_a_server_whose_forks_could_not_use_cuda_is_refused(tmp_path):
+    # On a GPU machine, torch.utils.cpp_extension's import asked torch.cuda.is_available() and every forked worker
+    # then failed with "Cannot re-initialize CUDA in forked subprocess". Here a preloaded module marks the forks
+    # the way torch does (its bad-fork flag), on a CPU build made to look CUDA-built.
+    (tmp_path / "poison_forks.py").write_text(
+        "import torch\ntorch.cuda._is_compiled = lambda: True\ntorch.cuda._is_in_bad_fork = lambda: True\n"
+    )
+    env = {**worker_env(1), "PYTHONPATH": f"{worker_env(1)['PYTHONPATH']}:{tmp_path}"}
+    s = ForkServer(env, preload=("torch", "poison_forks"))
+    try:
+        with pytest.raises(ForkServerError, match="unusable for CUDA"):
+            s.spawn("candidate", 0, 1, 2, "/")
+    finally:
+        s.close()

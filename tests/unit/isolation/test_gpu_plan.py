@@ -48,3 +48,16 @@ def test_host_side_of_a_context_survives_each_layer_and_only_rlimit_as_fails_it(
     assert "landlock_writes" in steps["full"]["applied"] and "seccomp_processes" in steps["full"]["applied"]
     assert "rlimit_as" not in steps["full"]["applied"]
     assert not steps["rlimit_as"]["ok"] and steps["rlimit_as"]["failed_layer"] == "rlimit_as", steps["rlimit_as"]
+
+
+def test_gpu_workers_may_write_below_their_own_proc_entry(monkeypatch, tmp_path):
+    # On the H200, cuInit under Landlock failed (error 304) until /proc/<pid> was writable; /proc/driver or
+    # /proc/sys were not what it needed. Only the worker's own entry, and only where GPU nodes exist.
+    from musaenv.isolation import sandbox
+
+    monkeypatch.setattr(sandbox, "_GPU_NODES", ())
+    assert f"/proc/{os.getpid()}" not in sandbox._writable_paths(tmp_path, [])
+    monkeypatch.setattr(sandbox, "_GPU_NODES", ("/dev/zero",))  # a character device standing for /dev/nvidia0
+    paths = sandbox._writable_paths(tmp_path, [])
+    assert "/dev/zero" in paths and f"/proc/{os.getpid()}" in paths
+    assert not [p for p in paths if p.startswith("/proc") and p != f"/proc/{os.getpid()}"]
