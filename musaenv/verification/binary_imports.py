@@ -22,6 +22,10 @@ a fork, a file), however the source spelled it (``.byte 0x0f, 0x05`` passes the 
 extensions built on the development machine, honest and hostile, but the hostile ones that asked for it), so any
 is ``raw_syscall``, an error under every policy.
 
+A toolchain that links the C++ runtime statically puts the runtime's code, with its own imports (``open``,
+``secure_getenv``, ``syscall``), into every module: those imports are excused only where every reference to them
+is in a function that is the toolchain's own (:mod:`.binary_runtime`).
+
 What it does not see: calls through generic entry points every honest module imports (``PyObject_GetAttrString`` on
 a Python object, pybind11's casters), and code that reaches a function by address arithmetic from a symbol it may
 import. The runtime checks and the sandbox stay for those.
@@ -42,6 +46,7 @@ from musaenv.verification.allowlists import (
     TENSOR_PLUMBING_METHODS,
     policy_severity,
 )
+from musaenv.verification.binary_runtime import runtime_only_imports
 from musaenv.verification.findings import Finding
 from musaenv.verification.libtorch_symbols import aten_op_structs, exported_c_symbols
 
@@ -195,6 +200,14 @@ def _judged(so_path: str, size: int, mtime_ns: int) -> tuple[tuple[str, bool, st
         verdict = judge_symbol(name)
         if verdict is not None:
             found.setdefault(name, (verdict[0], verdict[1], f"imports {name}"))
+    c_names = [n for n in found if "::" not in n]
+    if c_names:  # a statically linked C++ runtime brings its own imports (musaenv.verification.binary_runtime)
+        try:
+            for name in runtime_only_imports(Path(so_path), c_names):
+                log.debug("%s: %s is imported by the static C++ runtime's own code only", so_path, name)
+                del found[name]
+        except (OSError, subprocess.SubprocessError) as e:
+            log.warning("the static runtime's imports of %s could not be told apart: %s", so_path, e)
     for insn in syscall_instructions(Path(so_path)):
         found.setdefault(insn, ("raw_syscall", False, f"makes a system call itself ({insn})"))
     return tuple(found.values())
