@@ -56,6 +56,7 @@ class Row:
     speedup: float | None
     flags: list[str]
     note: str
+    detail: str = ""  # the tail of the worker's and the compiler's logs: why a verdict differs (JSON only)
 
 
 @dataclass
@@ -139,13 +140,21 @@ def timed_pass(cases: list[Case], compile_s: dict[int, float | None]) -> list[Ro
                     res.get("speedup"),
                     list(res.get("flags") or []),
                     note,
+                    _detail(res),
                 )
             )
             print(_format(rows[-1]), flush=True)
+            if rows[-1].verdict != c.expected:  # the first run on a GPU showed verdicts with no reason beside them
+                print("    " + (rows[-1].detail.strip().splitlines() or ["(no log)"])[-1][:300], flush=True)
     finally:
         for ev in evaluators.values():
             ev.close()
     return rows
+
+
+def _detail(res: dict[str, Any]) -> str:
+    logs = [f"{k}: {str(res.get(k))[-2000:]}" for k in ("runtime_log", "compiler_log") if res.get(k)]
+    return "\n".join(logs)
 
 
 def _format(r: Row) -> str:

@@ -13,6 +13,7 @@ from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source, solved_task_ids
 from musaenv.types import Stage
 from tests.gpu.cuda_candidates import SIDE_STREAM_RELU_CUDA, WRONG_RELU_CUDA
+from tests.gpu.reasons import why
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -30,7 +31,7 @@ def cuda_evaluator():
 @pytest.mark.parametrize("task_id", solved_task_ids("cuda"))
 def test_cuda_solution_is_correct_on_gpu(cuda_evaluator, task_id):
     r = cuda_evaluator.evaluate(get_task(task_id), solution_source(task_id, "cuda"), seed=1)
-    assert r.stage is Stage.CORRECT, r.to_dict()
+    assert r.stage is Stage.CORRECT, why(r)
     assert r.device == "cuda"
     assert r.trials_passed == r.trials_total == CONFIG.num_trials
     assert r.speedup is not None and r.speedup > 0
@@ -38,13 +39,13 @@ def test_cuda_solution_is_correct_on_gpu(cuda_evaluator, task_id):
 
 def test_wrong_cuda_kernel_is_incorrect(cuda_evaluator):
     r = cuda_evaluator.evaluate(get_task("l1_relu"), WRONG_RELU_CUDA, seed=2)
-    assert r.stage is Stage.INCORRECT, r.to_dict()
+    assert r.stage is Stage.INCORRECT, why(r)
     assert r.max_abs_error is not None and r.max_abs_error > 0.1
 
 
 def test_side_stream_timing_cheat_is_flagged(cuda_evaluator):
     r = cuda_evaluator.evaluate(get_task("l1_relu"), SIDE_STREAM_RELU_CUDA, seed=3)
-    assert r.stage is Stage.CHEATING, r.to_dict()
+    assert r.stage is Stage.CHEATING, why(r)
     assert "side_stream" in r.flags
 
 

@@ -23,6 +23,7 @@ from tests.gpu.cupy_candidates import (
     RELU_CUPY,
     SOFTMAX_CUPY,
 )
+from tests.gpu.reasons import why
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -40,7 +41,7 @@ def cupy_evaluator():
 @pytest.mark.parametrize(("task_id", "source"), [("l1_relu", RELU_CUPY), ("l1_softmax", SOFTMAX_CUPY)])
 def test_a_correct_cupy_candidate_is_correct_and_timed_with_its_launches(cupy_evaluator, task_id, source):
     r = cupy_evaluator.evaluate(get_task(task_id), source, seed=1)
-    assert r.stage is Stage.CORRECT, r.to_dict()
+    assert r.stage is Stage.CORRECT, why(r)
     assert r.trials_passed == r.trials_total == CONFIG.num_trials
     assert r.speedup is not None and r.speedup > 0 and r.runtime_ms is not None and r.runtime_ms > 0
     assert not {"no_kernel_call", "output_not_from_kernel", "suspicious_speedup"} & set(r.flags + r.warnings)
@@ -51,7 +52,7 @@ def test_a_correct_cupy_candidate_is_correct_and_timed_with_its_launches(cupy_ev
 
 def test_a_cupy_kernel_that_does_not_compile_is_a_compile_error(cupy_evaluator):
     r = cupy_evaluator.evaluate(get_task("l1_relu"), BROKEN_RELU_CUPY, seed=2)
-    assert r.stage is Stage.COMPILE_ERROR, r.to_dict()
+    assert r.stage is Stage.COMPILE_ERROR, why(r)
     assert "xx" in (r.compiler_log or "")
 
 
@@ -65,13 +66,13 @@ def test_a_cupy_kernel_that_does_not_compile_is_a_compile_error(cupy_evaluator):
 )
 def test_hostile_cupy_candidates_are_not_rewarded(cupy_evaluator, task_id, source, flags):
     r = cupy_evaluator.evaluate(get_task(task_id), source, seed=3)
-    assert r.stage is Stage.CHEATING, r.to_dict()
+    assert r.stage is Stage.CHEATING, why(r)
     assert flags & set(r.flags), r.flags
 
 
 def test_an_output_cached_by_address_is_not_rewarded(cupy_evaluator):
     """The repeat of trial 1 (same input) launches nothing; a reused address before it returns a stale output."""
     r = cupy_evaluator.evaluate(get_task("l1_relu"), CACHED_RELU_CUPY, seed=4)
-    assert r.stage in (Stage.CHEATING, Stage.INCORRECT), r.to_dict()
+    assert r.stage in (Stage.CHEATING, Stage.INCORRECT), why(r)
     if r.stage is Stage.CHEATING:
         assert {"no_kernel_call", "output_independent_of_input", "nondeterministic"} & set(r.flags), r.flags

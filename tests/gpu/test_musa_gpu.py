@@ -13,6 +13,7 @@ from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source, solved_task_ids
 from musaenv.types import Stage
 from tests.gpu.cuda_candidates import WRONG_RELU_CUDA
+from tests.gpu.reasons import why
 
 pytestmark = [pytest.mark.musa, pytest.mark.slow]
 
@@ -31,10 +32,10 @@ def musa_evaluator():
 def test_ported_cuda_solution_is_correct_on_musa(musa_evaluator, task_id):
     ported = port_source(solution_source(task_id, "cuda")).text
     r = musa_evaluator.evaluate(get_task(task_id), ported, seed=1)
-    assert r.stage is Stage.CORRECT, r.to_dict()
+    assert r.stage is Stage.CORRECT, why(r)
     assert r.device == "musa" and r.speedup is not None and r.speedup > 0
 
 
 def test_wrong_ported_kernel_is_incorrect_on_musa(musa_evaluator):
     r = musa_evaluator.evaluate(get_task("l1_relu"), port_source(WRONG_RELU_CUDA).text, seed=2)
-    assert r.stage is Stage.INCORRECT, r.to_dict()
+    assert r.stage is Stage.INCORRECT, why(r)

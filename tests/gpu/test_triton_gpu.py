@@ -11,6 +11,7 @@ from musaenv.config import EvalConfig, TimingConfig
 from musaenv.evaluator.local import LocalEvaluator
 from musaenv.tasks.builtin import get_task, solution_source, solved_task_ids
 from musaenv.types import Stage
+from tests.gpu.reasons import why
 
 pytest.importorskip("triton")
 
@@ -30,6 +31,6 @@ def triton_evaluator():
 @pytest.mark.parametrize("task_id", solved_task_ids("triton"))
 def test_triton_solution_is_correct_on_gpu(triton_evaluator, task_id):
     r = triton_evaluator.evaluate(get_task(task_id), solution_source(task_id, "triton"), seed=1)
-    assert r.stage is Stage.CORRECT, r.to_dict()
+    assert r.stage is Stage.CORRECT, why(r)
     assert r.device == "cuda"
     assert r.trials_passed == r.trials_total == CONFIG.num_trials
