@@ -24,7 +24,8 @@ is ``raw_syscall``, an error under every policy.
 
 A toolchain that links the C++ runtime statically puts the runtime's code, with its own imports (``open``,
 ``secure_getenv``, ``syscall``), into every module: those imports are excused only where every reference to them
-is in a function that is the toolchain's own (:mod:`.binary_runtime`).
+is in a function that is the toolchain's own, and the runtime's judged functions linked in (``std::basic_filebuf::
+open``) are judged where other code calls them (:mod:`.binary_runtime`).
 
 What it does not see: calls through generic entry points every honest module imports (``PyObject_GetAttrString`` on
 a Python object, pybind11's casters), and code that reaches a function by address arithmetic from a symbol it may
@@ -46,7 +47,7 @@ from musaenv.verification.allowlists import (
     TENSOR_PLUMBING_METHODS,
     policy_severity,
 )
-from musaenv.verification.binary_runtime import runtime_only_imports
+from musaenv.verification.binary_runtime import runtime_calls, runtime_only_imports
 from musaenv.verification.findings import Finding
 from musaenv.verification.libtorch_symbols import aten_op_structs, exported_c_symbols
 
@@ -208,6 +209,12 @@ def _judged(so_path: str, size: int, mtime_ns: int) -> tuple[tuple[str, bool, st
                 del found[name]
         except (OSError, subprocess.SubprocessError) as e:
             log.warning("the static runtime's imports of %s could not be told apart: %s", so_path, e)
+    try:  # a static runtime's judged functions (std::basic_filebuf::open) are defined inside, not imported
+        for name, (flag, dependent) in runtime_calls(Path(so_path), lambda d: judge_symbol(_plain_name(d))).items():
+            plain = _plain_name(name)
+            found.setdefault(plain, (flag, dependent, f"calls {plain} (linked into it from the C++ runtime)"))
+    except (OSError, subprocess.SubprocessError) as e:
+        raise OSError(f"the C++ runtime inside {Path(so_path).name} could not be read: {e}") from None
     for insn in syscall_instructions(Path(so_path)):
         found.setdefault(insn, ("raw_syscall", False, f"makes a system call itself ({insn})"))
     return tuple(found.values())

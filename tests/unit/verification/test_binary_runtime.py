@@ -98,3 +98,24 @@ def test_an_imports_address_stored_in_data_is_not_excused(tmp_path: Path) -> Non
 def test_without_a_static_runtime_nothing_is_excused(tmp_path: Path) -> None:
     so = _module(tmp_path, "plain", OWN_OPEN)
     assert runtime_only_imports(so, ["open"], cxx="/nonexistent/c++") == set()
+
+
+# libstdc++'s file classes, linked in: no import names them, the candidate's call to them does.
+FSTREAM = r"""
+#include <fstream>
+extern "C" long kernel() { std::ifstream f("/etc/hostname"); return f.good() ? 1 : 0; }
+"""
+# The same class's open kept as a member-function pointer in data, to be called through it later.
+FSTREAM_STORED = r"""
+#include <fstream>
+using Open = std::filebuf* (std::filebuf::*)(const char*, std::ios_base::openmode);
+extern "C" { Open volatile opener = &std::filebuf::open; }
+extern "C" long kernel() { std::filebuf b; return (b.*opener)("/etc/hostname", std::ios_base::in) != nullptr; }
+"""
+
+
+def test_a_call_into_the_runtimes_file_classes_is_refused_when_they_are_linked_in(tmp_path: Path) -> None:
+    so = _module(tmp_path, "fstream", FSTREAM)  # the constructor is inlined: its call to filebuf::open shows
+    assert any("calls std::basic_filebuf::open" in m for m in _messages(so)), _messages(so)
+    so = _module(tmp_path, "fstream_stored", FSTREAM_STORED)
+    assert any("std::basic_filebuf::open" in m for m in _messages(so)), _messages(so)
