@@ -193,13 +193,28 @@ class _Module:
         return found
 
 
+def _nm(path: str) -> list[tuple[int, int, str, str]]:
+    """Defined symbols with a size: ``(address, size, type letter, mangled name)``, one ``nm -S`` pass."""
+    st = os.stat(path)
+    return _nm_cached(path, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _nm_cached(path: str, size: int, mtime_ns: int) -> list[tuple[int, int, str, str]]:
+    out = []
+    for line in _run(["nm", "-S", "--defined-only", path]).splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            out.append((int(parts[0], 16), int(parts[1], 16), parts[2], parts[3]))
+    return out
+
+
 def _symbols(path: str) -> dict[str, tuple[int, int]]:
     """Function symbol -> (address, size)."""
     out: dict[str, tuple[int, int]] = {}
-    for line in _run(["nm", "-S", "--defined-only", path]).splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[2] in "TtWw":
-            out.setdefault(parts[3], (int(parts[0], 16), int(parts[1], 16)))
+    for addr, size, kind, name in _nm(path):
+        if kind in "TtWw":
+            out.setdefault(name, (addr, size))
     return out
 
 
@@ -248,10 +263,10 @@ def runtime_calls(
     archives = runtime_archives(cxx)
     if not archives:
         return {}
-    names = list(_symbols(str(so_path)))
-    demangled = _run_input(["c++filt"], "\n".join(names)).splitlines()
     in_runtime = set().union(*(_archive_index(a, os.stat(a).st_mtime_ns) for a in archives))
-    judged = {m: (d, v) for m, d in zip(names, demangled) if m in in_runtime and (v := judge(d)) is not None}
+    names = [m for m in _symbols(str(so_path)) if m in in_runtime]  # only these can be the runtime's
+    demangled = _run_input(["c++filt"], "\n".join(names)).splitlines() if names else []
+    judged = {m: (d, v) for m, d in zip(names, demangled) if (v := judge(d)) is not None}
     mod = _load(so_path, cxx) if judged else None
     if mod is None:  # the usual case: the runtime is a shared library, and its functions are imports
         return {}
@@ -281,12 +296,7 @@ def _stored(mod: _Module, names: set[str], runtime_names: set[str]) -> set[str]:
 
 def _objects(path: str) -> list[tuple[int, int, str]]:
     """Data objects ``(address, size, name)``."""
-    out = []
-    for line in _run(["nm", "-S", "--defined-only", path]).splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[2] in "DdRrVvBb":
-            out.append((int(parts[0], 16), int(parts[1], 16), parts[3]))
-    return out
+    return [(addr, size, name) for addr, size, kind, name in _nm(path) if kind in "DdRrVvBb"]
 
 
 def _container(objects: list[tuple[int, int, str]], offset: int) -> str:
