@@ -36,10 +36,13 @@ from musaenv.isolation.messages import (
 from musaenv.isolation.reports import GpuPlan, PlanLayer, SandboxState
 from musaenv.timing.timers import DeviceClock, clone_args
 from musaenv.types import BuildRecord
+from musaenv.verification.draw_watch import DrawWatch
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
+from musaenv.worker import harness
 from musaenv.worker.compile_drive import drive_builds
 from musaenv.worker.failures import CandidateFailure, InputDrawError, format_exc
 from musaenv.worker.harness import (
+    CudaToDevice,
     DrawnInputs,
     ProgramModule,
     draw_inputs,
@@ -167,7 +170,7 @@ def _watch() -> dict[str, tuple[str, Any, str]]:
     """Harness objects whose replacement is tampering: this module's functions, the harness, timers, channel."""
     from musaenv.isolation import messages
     from musaenv.timing import timers
-    from musaenv.worker import harness, trials
+    from musaenv.worker import trials
 
     watch: dict[str, tuple[str, Any, str]] = {}
     for prefix, g in (("worker", globals()), ("trials", vars(trials))):
@@ -181,6 +184,7 @@ def _watch() -> dict[str, tuple[str, Any, str]]:
     records = [c for c in vars(messages).values() if isinstance(c, type) and issubclass(c, messages.Message)]
     watch.update({f"messages.{c.__name__}.to_dict": ("harness", c, "to_dict") for c in records})
     watch["messages.fields"] = ("harness", messages, "fields")  # what to_dict reads the records with
+    watch.update({f"DrawWatch.{n}": ("harness", DrawWatch, n) for n in ("check", "around", "_changed")})
     return watch_targets(watch)
 
 
@@ -217,14 +221,16 @@ def _timing_phase(
     model: Any,
     guard: RuntimeGuard,
     drawn: DrawnInputs,
+    draws: DrawWatch | None,
 ) -> None:
     chan.send(Stage("timing").to_dict())
     _wait_for_go(chan)  # timed runs hold the device alone (on the CPU only they do: see docs/scaling.md)
     guard.start_timing()
     t = req.timing
     assert t is not None
+    around = draws.around if draws is not None else contextlib.nullcontext
     try:
-        run, pool = run_timing(chan, req, program, model, guard.device, drawn)
+        run, pool = run_timing(chan, req, program, model, guard.device, drawn, around_draw=around)
     except InputDrawError as e:
         raise CandidateFailure("input_error", str(e)) from None
     except BaseException as e:
@@ -235,6 +241,9 @@ def _timing_phase(
         report = guard.finish_timing(model, pool() if again else [], timed_calls, t.flush_bytes, t.repeats)
     except BaseException as e:
         raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
+    if report is not None and draws is not None and draws.found:  # candidate code ran inside the harness's draws
+        harness = [*report.tampered.harness, *draws.found]
+        report = dataclasses.replace(report, tampered=dataclasses.replace(report.tampered, harness=harness))
     if report is not None:
         chan.send(report.to_dict())
 
@@ -276,6 +285,9 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
             return
     # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
     guard = RuntimeGuard(req.runtime, device, state.calls, _watch())
+    sizes = program.size_names | {k for shape in req.shapes for k in shape}
+    ours = {"harness": vars(harness), "ProgramModule": vars(ProgramModule), "CudaToDevice": vars(CudaToDevice)}
+    draws = DrawWatch(program.module, sizes, ours) if guard.checks and req.timing else None
     sandbox = _enter_sandbox(req)
     chan.send(Stage("load", sandbox).to_dict())
     try:
@@ -292,7 +304,7 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
         threads_before = thread_count()
         models = _trials_phase(chan, req, program, model_cls, state, guard, drawn)
         if req.timing:
-            _timing_phase(chan, req, program, models[0], guard, drawn)
+            _timing_phase(chan, req, program, models[0], guard, drawn, draws)
         warnings = []
         if not guard.checks and thread_count() > threads_before + 1:
             warnings.append("thread_count_grew")  # with runtime checks on, the parent judges thread_started

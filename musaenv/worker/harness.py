@@ -111,6 +111,11 @@ class ProgramModule:
         self.cuda_to = device if device is not None and device.type != "cuda" else None
         self._defaults = {k: v for k, v in vars(module).items() if not k.startswith("_") and _is_size(v)}
 
+    @property
+    def size_names(self) -> set[str]:
+        """The size constants of the program (those :meth:`apply_shape` sets)."""
+        return set(self._defaults)
+
     def apply_shape(self, shape: dict[str, Any]) -> None:
         """Reset the size constants to the file's values, then apply ``shape``'s overrides.
 

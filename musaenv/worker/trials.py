@@ -7,6 +7,7 @@ Runs beside candidate code (in a candidate worker) or a reference (in the refere
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -120,19 +121,22 @@ def run_timing(
     drawn: DrawnInputs,
     note: dict[str, Any] | None = None,
     reference_prints: bool = False,
+    around_draw: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> tuple[TimedRun, Callable[[], list[list[Any]]]]:
     """Time ``model`` on the timing pool; sends the ``timing`` message (plus ``note``), returns the run and the
     inputs for the runtime checks' re-measure (drawn when asked for: the reference never asks).
 
     ``reference_prints``: fingerprints in the reference's form (the eager reference, whose timed outputs bound
-    every timed output of a candidate on the same pool)."""
+    every timed output of a candidate on the same pool). ``around_draw``: entered around each draw of a timed
+    call's inputs (the candidate worker's :meth:`~musaenv.verification.draw_watch.DrawWatch.around`)."""
     t = req.timing
     assert t is not None
     program.apply_shape(req.shapes[0])
 
     def draw(seed: int) -> list[Any]:
         try:
-            return to_device(program.inputs(seed), device)
+            with around_draw():
+                return to_device(program.inputs(seed), device)
         except Exception as e:
             raise InputDrawError(f"drawing the timing inputs (seed {seed}) failed:\n{format_exc(e)}") from None
 

@@ -1,5 +1,5 @@
 """Hostile candidates against the parent's measurement (issue #25): a forged clock or forged reports, work moved
-out of the timed window (into the warm-up, into the harness's input clone) or deferred past the call.
+out of the timed window (into the warm-up, into the harness's input clone or input draw) or deferred past the call.
 
 Each runs on seeds 1-5 under the two evaluators of :mod:`test_adversarial` (same settings): ``runtime`` (static and
 binary checks off: what the runtime checks and the parent's own measurement catch by themselves) and ``full`` (the
@@ -45,6 +45,10 @@ RUNTIME_CATCHES: dict[str, tuple[str, ...]] = {
     # the guard's snapshot of the harness operators' dispatcher tables (runtime_probe.HARNESS_OPS), taken before
     # the candidate loaded: a kernel it registered for aten::clone is the harness's tampering
     "m_clone_override_py": ("harness_tampering",),
+    # torch.randn replaced, or a Python mode left entered: the worker's check of what a timed draw reaches, before
+    # and after each draw (musaenv.verification.draw_watch), names it
+    "m_draw_patch_py": ("harness_tampering",),
+    "m_draw_mode_py": ("harness_tampering",),
     # a helper thread left running to slow the interleaved reference: more threads after the forward than before
     # it (a CPU-backend error), and the parent's CPU time of each call against the worker's own measure
     "m_slow_reference_cpp": ("thread_started", "timing_forged"),

@@ -1,0 +1,138 @@
+"""Nothing of the candidate's runs while the harness draws a timed call's inputs in the candidate's worker.
+
+With paired timing each timed call's inputs are drawn in the worker when the parent prepares the call
+(:mod:`musaenv.evaluator.pairing`), outside every timed window: the task's ``get_inputs`` runs there, beside the
+candidate's module. Any code of the candidate's that runs during that draw works for free. Found from outside
+(2026-12-04, static checks off): ``torch.randn`` replaced in torch's namespace, or a ``TorchFunctionMode`` entered at
+import and never left, computed half of each call's ReLU while the harness drew its input, and the speedup doubled
+with every runtime check passing (the parent's out-of-window accounting only warns, and only past a whole call).
+
+:class:`DrawWatch` takes, before the candidate's code loads, the identity of every attribute of the namespaces an
+input program reaches by name (torch and its ``nn.functional``, ``nn.init``, ``random``, ``linalg``, ``special``
+and ``fft``, ``torch.Tensor``, numpy and ``numpy.random``, ``random``, ``math``, and the task program's own module
+less its size constants, which the harness sets per shape), the depth of torch's Python mode stacks (function and
+dispatch modes), the garbage collector's callbacks and the interpreter's trace and profile hooks. The worker
+checks them right before each timed draw and right after it, with the collector off during the draw (so that no
+finaliser of the candidate's garbage runs inside it): a patch made by the previous call, by something it left to
+run when the harness frees its output, or by the draw itself is seen. What is found is reported as the
+harness's tampering (``harness_tampering``) with the timing report.
+
+What it cannot see: native code that runs inside the draw (an allocator the candidate installed, a signal
+handler), which the binary check of the candidate's module refuses to link; and a patch that undoes itself within
+the draw and is made again by code that then runs outside the draw and its two checks.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import random
+import sys
+import types
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["DrawWatch"]
+
+_MAX_FOUND = 12
+_GONE = object()
+
+
+def _namespaces() -> dict[str, Mapping[str, Any]]:
+    import builtins
+
+    import torch.nn.functional as F
+    import torch.nn.init
+
+    owners: dict[str, Any] = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.nn.functional": F}
+    owners.update({"torch.nn.init": torch.nn.init, "torch.random": torch.random, "torch.linalg": torch.linalg})
+    owners.update({"torch.special": torch.special, "torch.fft": torch.fft, "numpy": np, "numpy.random": np.random})
+    owners.update({"random": random, "math": math, "builtins": builtins})
+    return {name: vars(owner) for name, owner in owners.items()}
+
+
+def _mode_depths() -> tuple[int, int]:
+    """Depth of torch's Python function-mode and dispatch-mode stacks (0, 0 where this torch cannot say)."""
+    function = getattr(torch._C, "_len_torch_function_stack", lambda: 0)
+    dispatch = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+    return int(function()), int(dispatch())
+
+
+def _hooks() -> list[Any]:
+    """The ways the interpreter calls back into Python code on its own: the garbage collector's callbacks, the
+    trace and profile functions, the tools holding a ``sys.monitoring`` id (3.12+). Not the import system's finders:
+    a draw imports nothing, and an honest candidate's imports may add one (six's meta importer)."""
+    out: list[Any] = [list(gc.callbacks), sys.gettrace(), sys.getprofile()]
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:  # a tool's events and callbacks need its id taken first (use_tool_id)
+        out += [(monitoring.get_tool(tool), monitoring.get_events(tool)) for tool in range(6)]
+    return out
+
+
+class DrawWatch:
+    """Snapshot of what a draw may reach, taken before the candidate loads; :meth:`around` checks each draw.
+
+    Args:
+        program: The task program's module (its functions are what the draw runs).
+        sizes: Its attributes the harness sets per shape (``ProgramModule``'s size constants): not watched.
+    """
+
+    def __init__(
+        self,
+        program: types.ModuleType | None = None,
+        sizes: set[str] | frozenset[str] = frozenset(),
+        extra: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self._live = {**_namespaces(), **(extra or {})}
+        if program is not None:
+            self._live["task program"] = vars(program)
+        self._skip = {"task program": set(sizes)}
+        self._keys = {name: list(ns) for name, ns in self._live.items()}
+        self._values = {name: list(ns.values()) for name, ns in self._live.items()}
+        self._modes = _mode_depths()
+        self._hooks = _hooks()
+        self.found: list[str] = []
+
+    def _changed(self, name: str) -> Iterator[str]:
+        ns, skip = self._live[name], self._skip.get(name, set())
+        keys, values = self._keys[name], self._values[name]
+        # the usual case: the same names in the same order, compared by identity in one pass
+        if list(ns) == keys and all(a is b for a, b in zip(ns.values(), values)):
+            return
+        before = dict(zip(keys, values))
+        for key in sorted(set(before) | set(ns)):
+            now, was = ns.get(key, _GONE), before.get(key, _GONE)
+            if key in skip or now is was or (was is _GONE and isinstance(now, types.ModuleType)):
+                continue  # a submodule imported since (torch's lazy submodules) is not a patch
+            yield f"{name}.{key}"
+
+    def check(self, when: str) -> None:
+        """Record (in :attr:`found`, once each) what is no longer as it was; ``when`` says at which point."""
+        now: list[str] = []
+        for name in self._live:
+            now.extend(self._changed(name))
+        if _mode_depths() != self._modes:
+            now.append(f"torch's Python mode stacks (function, dispatch): {self._modes} -> {_mode_depths()}")
+        if _hooks() != self._hooks:
+            now.append("the interpreter's hooks (gc callbacks, trace, profile, sys.monitoring)")
+        for item in now:
+            entry = f"{item} ({when})"
+            if len(self.found) < _MAX_FOUND and not any(f.startswith(item + " (") for f in self.found):
+                self.found.append(entry)
+
+    @contextmanager
+    def around(self) -> Iterator[None]:
+        """One timed draw: checked before and after, the garbage collector off inside."""
+        self.check("before a timed call's inputs were drawn")
+        was = gc.isenabled()
+        gc.disable()
+        try:
+            yield
+        finally:
+            if was:
+                gc.enable()
+        self.check("while a timed call's inputs were drawn")

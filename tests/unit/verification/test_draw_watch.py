@@ -1,0 +1,104 @@
+"""DrawWatch: what a timed draw reaches, checked against its snapshot (musaenv.verification.draw_watch)."""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import types
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from musaenv.verification.draw_watch import DrawWatch
+
+
+def _program() -> types.ModuleType:
+    m = types.ModuleType("task")
+    exec("import torch\nbatch = 4\ndef get_inputs():\n    return [torch.randn(batch, 3)]\n", vars(m))
+    return m
+
+
+@pytest.fixture
+def restore_randn() -> Iterator[None]:
+    real = torch.randn
+    yield
+    torch.randn = real
+
+
+def test_an_untouched_draw_finds_nothing() -> None:
+    program = _program()
+    watch = DrawWatch(program, {"batch"})
+    with watch.around():
+        program.get_inputs()
+    program.batch = 7  # the harness sets size constants per shape
+    import torch.fx  # noqa: F401 - a submodule imported since the snapshot is not a patch
+
+    watch.check("after")
+    assert watch.found == []
+
+
+def test_a_replaced_torch_function_is_named_once(restore_randn: None) -> None:
+    watch = DrawWatch()
+    torch.randn = lambda *a, **k: torch.zeros(*a)  # type: ignore[assignment]
+    watch.check("first")
+    watch.check("second")
+    assert watch.found == ["torch.randn (first)"]
+
+
+def test_a_patch_that_undoes_itself_inside_the_draw_is_seen_before_it(restore_randn: None) -> None:
+    real = torch.randn
+
+    def once(*args: object, **kwargs: object) -> torch.Tensor:
+        torch.randn = real
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    watch = DrawWatch()
+    torch.randn = once  # type: ignore[assignment]
+    with watch.around():
+        torch.randn(2)
+    assert [f.split(" (")[0] for f in watch.found] == ["torch.randn"]
+    assert "before" in watch.found[0]
+
+
+def test_builtins_and_the_task_program_are_watched() -> None:
+    program = _program()
+    watch = DrawWatch(program, {"batch"})
+    real_list = builtins.list
+    program.get_inputs = lambda: []
+    builtins.list = lambda *a: real_list(*a)  # type: ignore[assignment,misc]
+    try:
+        watch.check("now")
+    finally:
+        builtins.list = real_list
+    assert sorted(f.split(" (")[0] for f in watch.found) == ["builtins.list", "task program.get_inputs"]
+
+
+def test_a_mode_left_entered_and_a_gc_callback_are_seen() -> None:
+    watch = DrawWatch()
+    mode = TorchFunctionMode()
+    mode.__enter__()
+    try:
+        watch.check("mode")
+    finally:
+        mode.__exit__(None, None, None)
+    gc.callbacks.append(lambda phase, info: None)
+    try:
+        watch.check("gc")
+    finally:
+        gc.callbacks.pop()
+    assert len(watch.found) == 2
+    assert "mode stacks" in watch.found[0] and "(mode)" in watch.found[0]
+    assert "gc callbacks" in watch.found[1]
+
+
+def test_the_collector_is_off_inside_the_draw_only() -> None:
+    watch = DrawWatch()
+    assert gc.isenabled()
+    with watch.around():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(ValueError), watch.around():
+        raise ValueError("a draw that fails")
+    assert gc.isenabled()
