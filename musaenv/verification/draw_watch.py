@@ -97,18 +97,21 @@ class DrawWatch:
         self._hooks = _hooks()
         self.found: list[str] = []
 
-    def _changed(self, name: str) -> Iterator[str]:
+    def _changed(self, name: str) -> list[str]:
         ns, skip = self._live[name], self._skip.get(name, set())
         keys, values = self._keys[name], self._values[name]
         # the usual case: the same names in the same order, compared by identity in one pass
         if list(ns) == keys and all(a is b for a, b in zip(ns.values(), values)):
-            return
-        before = dict(zip(keys, values))
+            return []
+        before, found = dict(zip(keys, values)), []
         for key in sorted(set(before) | set(ns)):
             now, was = ns.get(key, _GONE), before.get(key, _GONE)
             if key in skip or now is was or (was is _GONE and isinstance(now, types.ModuleType)):
-                continue  # a submodule imported since (torch's lazy submodules) is not a patch
-            yield f"{name}.{key}"
+                continue  # a size constant, or a submodule imported since (torch's lazy submodules): not a patch
+            found.append(f"{name}.{key}")
+        if not found:  # only such changes: they become the snapshot, so the next check takes the one pass again
+            self._keys[name], self._values[name] = list(ns), list(ns.values())
+        return found
 
     def check(self, when: str) -> None:
         """Record (in :attr:`found`, once each) what is no longer as it was; ``when`` says at which point."""
