@@ -241,6 +241,8 @@ def _timing_phase(
         report = guard.finish_timing(model, pool() if again else [], timed_calls, t.flush_bytes, t.repeats)
     except BaseException as e:
         raise CandidateFailure("runtime_error", "while timing:\n" + format_exc(e)) from None
+    if draws is not None:  # every attribute, once: a patch of a name no draw of this task uses is named too
+        draws.check("after the timed calls", full=True)
     if report is not None and draws is not None and draws.found:  # candidate code ran inside the harness's draws
         harness = [*report.tampered.harness, *draws.found]
         report = dataclasses.replace(report, tampered=dataclasses.replace(report.tampered, harness=harness))
@@ -287,7 +289,8 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
     guard = RuntimeGuard(req.runtime, device, state.calls, _watch())
     sizes = program.size_names | {k for shape in req.shapes for k in shape}
     ours = {"harness": vars(harness), "ProgramModule": vars(ProgramModule), "CudaToDevice": vars(CudaToDevice)}
-    draws = DrawWatch(program.module, sizes, ours) if guard.checks and req.timing else None
+    reach = [ProgramModule, CudaToDevice, harness.seed_all, to_device]  # the harness's code a draw runs
+    draws = DrawWatch(program.module, sizes, ours, reach) if guard.checks and req.timing else None
     sandbox = _enter_sandbox(req)
     chan.send(Stage("load", sandbox).to_dict())
     try:

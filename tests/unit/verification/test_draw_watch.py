@@ -40,11 +40,37 @@ def test_an_untouched_draw_finds_nothing() -> None:
 
 
 def test_a_replaced_torch_function_is_named_once(restore_randn: None) -> None:
-    watch = DrawWatch()
+    watch = DrawWatch(_program(), {"batch"})
     torch.randn = lambda *a, **k: torch.zeros(*a)  # type: ignore[assignment]
     watch.check("first")
     watch.check("second")
     assert watch.found == ["torch.randn (first)"]
+
+
+def test_per_draw_the_names_the_draw_uses_and_at_the_end_every_name() -> None:
+    watch = DrawWatch(_program(), {"batch"})
+    real = torch.tril
+    torch.tril = lambda *a, **k: real(*a, **k)  # type: ignore[assignment]
+    try:
+        watch.check("draw")  # get_inputs never looks up tril
+        assert watch.found == []
+        watch.check("end", full=True)
+    finally:
+        torch.tril = real
+    assert watch.found == ["torch.tril (end)"]
+
+
+def test_a_name_added_to_a_class_shadows_its_base_and_is_seen() -> None:
+    def to_device(args: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [a.to("cpu") for a in args]
+
+    watch = DrawWatch(reach=[to_device])
+    torch.Tensor.to = lambda self, *a, **k: self  # type: ignore[method-assign]
+    try:
+        watch.check("draw")
+    finally:
+        del torch.Tensor.to
+    assert watch.found == ["torch.Tensor.to (draw)"]
 
 
 def test_a_patch_that_undoes_itself_inside_the_draw_is_seen_before_it(restore_randn: None) -> None:
@@ -54,7 +80,7 @@ def test_a_patch_that_undoes_itself_inside_the_draw_is_seen_before_it(restore_ra
         torch.randn = real
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    watch = DrawWatch()
+    watch = DrawWatch(_program(), {"batch"})
     torch.randn = once  # type: ignore[assignment]
     with watch.around():
         torch.randn(2)
@@ -69,7 +95,7 @@ def test_builtins_and_the_task_program_are_watched() -> None:
     program.get_inputs = lambda: []
     builtins.list = lambda *a: real_list(*a)  # type: ignore[assignment,misc]
     try:
-        watch.check("now")
+        watch.check("now", full=True)
     finally:
         builtins.list = real_list
     assert sorted(f.split(" (")[0] for f in watch.found) == ["builtins.list", "task program.get_inputs"]
