@@ -9,13 +9,15 @@ with every runtime check passing (the parent's out-of-window accounting only war
 
 :class:`DrawWatch` takes, before the candidate's code loads, the identity of every attribute of the namespaces an
 input program reaches by name (torch and its ``nn.functional``, ``nn.init``, ``random``, ``linalg``, ``special``
-and ``fft``, ``torch.Tensor``, numpy and ``numpy.random``, ``random``, ``math``, and the task program's own module
-less its size constants, which the harness sets per shape), the depth of torch's Python mode stacks (function and
-dispatch modes), the garbage collector's callbacks and the interpreter's trace and profile hooks. The worker
-checks them right before each timed draw and right after it, with the collector off during the draw (so that no
-finaliser of the candidate's garbage runs inside it): a patch made by the previous call, by something it left to
-run when the harness frees its output, or by the draw itself is seen. What is found is reported as the
-harness's tampering (``harness_tampering``) with the timing report.
+and ``fft``, ``torch.Tensor``, numpy and ``numpy.random``, ``random``, ``math``, ``builtins``, the harness's drawing
+code, and the task program's own module less its size constants, which the harness sets per shape), the depth of
+torch's Python mode stacks (function and dispatch modes), the garbage collector's callbacks and the interpreter's
+trace, profile and ``sys.monitoring`` hooks. The worker checks them right before each timed draw and right after
+it, with the collector off during the draw (so that no finaliser of the candidate's garbage runs inside it): a
+patch made by the previous call, by something it left to run when the harness frees its output, or by the draw
+itself is seen. Per draw the large namespaces are compared at the names the drawing code looks up (cost, below);
+after the timed calls every attribute once. What is found is reported as the harness's tampering
+(``harness_tampering``) with the timing report.
 
 What it cannot see: native code that runs inside the draw (an allocator the candidate installed, a signal
 handler), which the binary check of the candidate's module refuses to link; and a patch that undoes itself within

@@ -184,7 +184,8 @@ def _watch() -> dict[str, tuple[str, Any, str]]:
     records = [c for c in vars(messages).values() if isinstance(c, type) and issubclass(c, messages.Message)]
     watch.update({f"messages.{c.__name__}.to_dict": ("harness", c, "to_dict") for c in records})
     watch["messages.fields"] = ("harness", messages, "fields")  # what to_dict reads the records with
-    watch.update({f"DrawWatch.{n}": ("harness", DrawWatch, n) for n in ("check", "around", "_changed")})
+    checks = ("check", "around", "_changed", "_narrow_changed")
+    watch.update({f"DrawWatch.{n}": ("harness", DrawWatch, n) for n in checks})
     return watch_targets(watch)
 
 
@@ -244,8 +245,8 @@ def _timing_phase(
     if draws is not None:  # every attribute, once: a patch of a name no draw of this task uses is named too
         draws.check("after the timed calls", full=True)
     if report is not None and draws is not None and draws.found:  # candidate code ran inside the harness's draws
-        harness = [*report.tampered.harness, *draws.found]
-        report = dataclasses.replace(report, tampered=dataclasses.replace(report.tampered, harness=harness))
+        named = [*report.tampered.harness, *draws.found]
+        report = dataclasses.replace(report, tampered=dataclasses.replace(report.tampered, harness=named))
     if report is not None:
         chan.send(report.to_dict())
 
