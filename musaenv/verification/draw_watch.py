@@ -90,6 +90,11 @@ def _names(functions: Iterable[Any]) -> set[str]:
     return names
 
 
+def _same(now: Any, was: Any) -> bool:
+    """The same object, or a submodule imported since the snapshot (torch's lazy submodules): not a patch."""
+    return now is was or (was is _GONE and isinstance(now, types.ModuleType))
+
+
 class DrawWatch:
     """Snapshot of what a draw may reach, taken before the candidate loads; :meth:`around` checks each draw.
 
@@ -142,9 +147,8 @@ class DrawWatch:
         before, found = dict(zip(keys, values)), []
         for key in sorted(set(before) | set(ns)):
             now, was = ns.get(key, _GONE), before.get(key, _GONE)
-            if key in skip or now is was or (was is _GONE and isinstance(now, types.ModuleType)):
-                continue  # a size constant, or a submodule imported since (torch's lazy submodules): not a patch
-            found.append(f"{name}.{key}")
+            if key not in skip and not _same(now, was):
+                found.append(f"{name}.{key}")
         if not found:  # only such changes: they become the snapshot, so the next check takes the one pass again
             self._take(name)
         return found
@@ -152,14 +156,14 @@ class DrawWatch:
     def _narrow_changed(self, name: str) -> list[str]:
         ns, found = self._live[name], []
         for key, was in self._narrow[name].items():
-            now = ns.get(key, _GONE)
-            if now is not was and not (was is _GONE and isinstance(now, types.ModuleType)):
+            if not _same(ns.get(key, _GONE), was):
                 found.append(f"{name}.{key}")
         return found
 
     def check(self, when: str, full: bool = False) -> None:
         """Record (in :attr:`found`, once each) what is no longer as it was; ``when`` says at which point.
-        ``full``: every attribute of every namespace, else a large namespace's names the draw uses."""
+        ``full``: every attribute of every namespace, else the names the draw uses (the drawing code's globals
+        whole)."""
         now: list[str] = []
         for name in self._live:
             now.extend(self._narrow_changed(name) if name in self._narrow and not full else self._changed(name))
