@@ -319,12 +319,15 @@ def test_address_keyed_caches_are_caught_on_every_run(suite: Suite, name: str) -
     """New values written into trial 1's own tensors, then a call (the rewrite run, on every evaluation): a cache
     keyed on the address answers with the old values' output. Before, only a sampled recheck could see it (caught in
     1 of 8 runs). When the allocator happens to hand a later trial's fresh input the address of an earlier one,
-    the cache answers that trial with a stale output first: the trials' own comparison refuses it then
-    (``incorrect``), before the rewrite run is judged."""
+    the cache answers that trial with a stale output first: the trials' own comparison refuses it then, before the
+    rewrite run is judged (which needs both its trials passed): ``incorrect``, or ``cheating`` when the poisoned
+    repeat of trial 1 lands on a cached address as well (``nondeterministic``; seen in CI, trials 3 and 4 stale).
+    Which addresses the allocator reuses differs between machines and runs, so either way counts as caught."""
     for seed in range(1, 6):
         r = suite.evaluate("runtime", name, seed=seed)
         _no_reward(r)
-        assert "stale_output" in r.flags or r.stage is Stage.INCORRECT, f"run {seed}: {_describe(r)}"
+        stale_trial = r.trials_passed < r.trials_total and r.stage in (Stage.INCORRECT, Stage.CHEATING)
+        assert "stale_output" in r.flags or stale_trial, f"run {seed}: {_describe(r)}"
 
 
 @pytest.mark.parametrize("name", EVERY_CALL)
