@@ -8,8 +8,10 @@ the clock starts and before it stops. The median is the statistic that speedups 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -214,42 +216,88 @@ def time_gated(
 
     ``draw`` (seed -> fresh inputs): a call whose seed the parent sends is drawn when prepared, the warm-up calls
     run on clones of one input drawn from ``warmup_seeds[0]`` (``inputs`` may be empty): no timed input exists
-    before its call does."""
+    before its call does.
+
+    The garbage collector is off from each call's draw until the parent's next word (:func:`_collector_held`): a
+    collection there would run the finalisers of a candidate's garbage with the call's inputs drawn and the clock
+    not started, work no window pays for. It runs again only after the parent has read this worker's clock."""
     flush = _flush_buffer(clock, flush_bytes, touch=reference)  # the reference's warm-up runs ahead of the pairing
     _warm_up(fn, warmup, inputs, draw(warmup_seeds[0]) if draw is not None and warmup and warmup_seeds else None)
     clock.sync()
     run, out, read = TimedRun([], [], {}), None, None
-    for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
-        seed = gate.prepare(i)
-        _finish_print(run, read, reference)  # the previous call's, now that the parent has read this worker's clock
-        if i - 1 in keep:  # copied now too (not in the window): the next call's output reuses the original's pages
-            run.kept_outputs[i - 1] = out if seed is None else _kept_copy(out)
-        read = None
-        if seed is None:
-            break
-        args = out = None  # the previous call's freed first: this call's inputs and output reuse the same pages
-        args = _gated_args(i, seed, repeats, inputs, draw)
-        if flush is not None:
-            flush.fill_(float(i))
-        clock.sync()
-        gate.ready(i)
-        events = clock.events()
-        t0 = time.perf_counter_ns()
-        if events is not None:
-            events[0].record()
-        out = fn(*args)
-        if events is not None:
-            events[1].record()
-        read = output_read(out)  # every element read inside the window (the rest of its fingerprint after it)
-        clock.sync()
-        t1 = time.perf_counter_ns()
-        gate.done(i, (t1 - t0) / 1e6)
-        run.host_samples_ms.append((t1 - t0) / 1e6)
-        run.samples_ms.append(events[0].elapsed_time(events[1]) if events is not None else run.host_samples_ms[-1])
+    with _collector_held() as hold:
+        for i in range(repeats + 1):  # after its last call too, the worker waits for the parent's word to end
+            seed = gate.prepare(i)
+            hold.release()  # the parent has read this worker's clock: a collection here is nobody's window
+            _finish_print(run, read, reference)  # the previous call's, now that the parent read this worker's clock
+            if i - 1 in keep:  # copied now too (not in the window): the next call's output reuses the original's pages
+                run.kept_outputs[i - 1] = out if seed is None else _kept_copy(out)
+            read = None
+            if seed is None:
+                break
+            args = out = None  # the previous call's freed first: this call's inputs and output reuse the same pages
+            hold.hold()
+            args = _gated_args(i, seed, repeats, inputs, draw)
+            out, read = _gated_call(fn, args, flush, clock, gate, i, run)
     _finish_print(run, read, reference)  # the parent's word to prepare a call was not read: it ended otherwise
     if run.samples_ms:
         run.kept_outputs.setdefault(len(run.samples_ms) - 1, out)
     return run
+
+
+def _gated_call(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    flush: torch.Tensor | None,
+    clock: DeviceClock,
+    gate: CallGate,
+    i: int,
+    run: TimedRun,
+) -> tuple[Any, OutputRead]:
+    """Timed call ``i`` on ``args``: cache flushed, the parent told it is ready, the window (call, synchronise,
+    every output element read) closed by :meth:`CallGate.done`; returns the output and its read."""
+    if flush is not None:
+        flush.fill_(float(i))
+    clock.sync()
+    gate.ready(i)
+    events = clock.events()
+    t0 = time.perf_counter_ns()
+    if events is not None:
+        events[0].record()
+    out = fn(*args)
+    if events is not None:
+        events[1].record()
+    read = output_read(out)  # every element read inside the window (the rest of its fingerprint after it)
+    clock.sync()
+    t1 = time.perf_counter_ns()
+    gate.done(i, (t1 - t0) / 1e6)
+    run.host_samples_ms.append((t1 - t0) / 1e6)
+    run.samples_ms.append(events[0].elapsed_time(events[1]) if events is not None else run.host_samples_ms[-1])
+    return out, read
+
+
+class _CollectorHold:
+    """Turns the garbage collector off (:meth:`hold`) and back on (:meth:`release`) when it was on at the start."""
+
+    def __init__(self) -> None:
+        self.was_on = gc.isenabled()
+
+    def hold(self) -> None:
+        gc.disable()
+
+    def release(self) -> None:
+        if self.was_on:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def _collector_held() -> Iterator[_CollectorHold]:
+    """A :class:`_CollectorHold`, the collector's state restored on the way out (an exception included)."""
+    hold = _CollectorHold()
+    try:
+        yield hold
+    finally:
+        hold.release()
 
 
 def _kept_copy(out: Any) -> Any:

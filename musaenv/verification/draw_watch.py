@@ -11,12 +11,14 @@ with every runtime check passing (the parent's out-of-window accounting only war
 input program reaches by name (torch and its ``nn.functional``, ``nn.init``, ``random``, ``linalg``, ``special``
 and ``fft``, ``torch.Tensor``, numpy and ``numpy.random``, ``random``, ``math``, ``builtins``, the harness's drawing
 code, and the task program's own module less its size constants, which the harness sets per shape), the depth of
-torch's Python mode stacks (function and dispatch modes), the garbage collector's callbacks and the interpreter's
-trace, profile and ``sys.monitoring`` hooks. The worker checks them right before each timed draw and right after
-it, with the collector off during the draw (so that no finaliser of the candidate's garbage runs inside it): a
-patch made by the previous call, by something it left to run when the harness frees its output, or by the draw
-itself is seen. Per draw the large namespaces are compared at the names the drawing code looks up (cost, below);
-after the timed calls every attribute once. What is found is reported as the harness's tampering
+torch's Python mode stacks (function and dispatch modes), the garbage collector's callbacks, the Python-level signal
+handlers and the interpreter's trace, profile and ``sys.monitoring`` hooks. The worker checks them right before each
+timed draw and right after it, with the collector off during the draw (and, in
+:func:`musaenv.timing.timers.time_gated`, from the draw until the parent has read the worker's clock after the
+window: no finaliser of the candidate's garbage runs with the inputs drawn and the clock not started): a patch
+made by the previous call, by something it left to run when the harness frees its output, or by the draw itself
+is seen. Per draw the large namespaces are compared at the names the drawing code looks up (cost, below); after
+the timed calls every attribute once. What is found is reported as the harness's tampering
 (``harness_tampering``) with the timing report.
 
 What it cannot see: native code that runs inside the draw (an allocator the candidate installed, a signal
@@ -29,6 +31,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+import signal
 import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
@@ -44,6 +47,7 @@ _MAX_FOUND = 12
 # Compared whole at every check: the globals of the drawing code, where an added name shadows a builtin.
 _WHOLE = ("task program", "harness")
 _GONE = object()
+_SIGNALS = sorted(signal.valid_signals())
 
 
 def _namespaces() -> dict[str, Mapping[str, Any]]:
@@ -68,9 +72,11 @@ def _mode_depths() -> tuple[int, int]:
 
 def _hooks() -> list[Any]:
     """The ways the interpreter calls back into Python code on its own: the garbage collector's callbacks, the
-    trace and profile functions, the tools holding a ``sys.monitoring`` id (3.12+). Not the import system's finders:
+    trace and profile functions, the Python-level signal handlers (a timer's ``SIGALRM`` would run one between
+    a draw and its window), the tools holding a ``sys.monitoring`` id (3.12+). Not the import system's finders:
     a draw imports nothing, and an honest candidate's imports may add one (six's meta importer)."""
     out: list[Any] = [list(gc.callbacks), sys.gettrace(), sys.getprofile()]
+    out += [signal.getsignal(s) for s in _SIGNALS]  # a Python handler runs between any two bytecodes
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:  # a tool's events and callbacks need its id taken first (use_tool_id)
         out += [(monitoring.get_tool(tool), monitoring.get_events(tool)) for tool in range(6)]
@@ -170,7 +176,7 @@ class DrawWatch:
         if _mode_depths() != self._modes:
             now.append(f"torch's Python mode stacks (function, dispatch): {self._modes} -> {_mode_depths()}")
         if _hooks() != self._hooks:
-            now.append("the interpreter's hooks (gc callbacks, trace, profile, sys.monitoring)")
+            now.append("the interpreter's hooks (gc callbacks, trace, profile, signal handlers, sys.monitoring)")
         for item in now:
             entry = f"{item} ({when})"
             if len(self.found) < _MAX_FOUND and not any(f.startswith(item + " (") for f in self.found):

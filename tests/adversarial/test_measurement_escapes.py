@@ -49,6 +49,9 @@ RUNTIME_CATCHES: dict[str, tuple[str, ...]] = {
     # and after each draw (musaenv.verification.draw_watch), names it
     "m_draw_patch_py": ("harness_tampering",),
     "m_draw_mode_py": ("harness_tampering",),
+    # a Python SIGALRM handler on an interval timer, which found the drawn inputs in the harness's frame: the draw
+    # watch compares the Python-level signal handlers with its snapshot too
+    "m_draw_signal_py": ("harness_tampering",),
     # a helper thread left running to slow the interleaved reference: more threads after the forward than before
     # it (a CPU-backend error), and the parent's CPU time of each call against the worker's own measure
     "m_slow_reference_cpp": ("thread_started", "timing_forged"),
@@ -67,6 +70,8 @@ SABOTAGED: dict[str, tuple[str, str, tuple[str, ...]]] = {}
 # now each timed call's inputs are drawn when the parent prepares it, from a seed it picks then (TimePrepare.seed).
 RUNTIME_DEFEATED: dict[str, tuple[str, str]] = {
     "m_pool_precompute_py": ("return answer", "return ext.fill_const(answer, -1.0)"),
+    # m_draw_finalizer_py's finaliser ran between each draw and its window: the collector is off there now
+    "m_draw_finalizer_py": ("answer = hit[1]", "answer = ext.fill_const(hit[1], -1.0)"),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 from typing import Any
 
@@ -192,3 +193,53 @@ def test_gated_calls_free_the_previous_call_before_drawing_and_keep_copies(monke
     assert len(run.samples_ms) == 4 and sorted(run.kept_outputs) == [1, 3]
     assert torch.equal(run.kept_outputs[1], torch.full((64,), 12.0))
     assert run.kept_outputs[1].data_ptr() != pointers[1]  # a copy (the original was freed before call 2 was drawn)
+
+
+class _CollectorGate(_Gate):
+    """A :class:`_Gate` that logs, at each word, whether the garbage collector is on."""
+
+    def prepare(self, index: int) -> int | None:
+        self.events.append(f"prepare gc={gc.isenabled()}")
+        return index if index < self.calls else None
+
+    def ready(self, index: int) -> None:
+        self.events.append(f"ready gc={gc.isenabled()}")
+
+
+def test_no_collection_from_a_draw_until_the_parent_s_next_word() -> None:
+    """A collection between a call's draw and its window would run a candidate's finalisers with the inputs drawn
+    and no clock running (found from outside: a finaliser that armed a profile hook caught the drawn inputs and
+    did half the call for free). The collector is off from the draw to the parent's next word, on again after."""
+    events: list[str] = []
+
+    def draw(seed: int) -> list[Any]:
+        events.append(f"draw gc={gc.isenabled()}")
+        return [torch.full((4,), float(seed))]
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        events.append(f"call gc={gc.isenabled()}")
+        return x + 1
+
+    assert gc.isenabled()
+    gate = _CollectorGate(2, events)
+    time_gated(fn, [], DeviceClock("cpu"), gate, warmup=0, repeats=2, flush_bytes=64, draw=draw)
+    assert gc.isenabled()
+    on, off = "gc=True", "gc=False"
+    call = [f"draw {off}", f"ready {off}", f"call {off}", "done"]
+    assert events == [f"prepare {on}", *call, f"prepare {off}", *call, f"prepare {off}"]
+
+    def broken(x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("a call that fails")
+
+    with pytest.raises(ValueError):
+        time_gated(broken, [], DeviceClock("cpu"), _CollectorGate(2, []), warmup=0, repeats=2, flush_bytes=0, draw=draw)
+    assert gc.isenabled()  # restored on the way out
+
+
+def test_a_collector_the_candidate_turned_off_stays_off() -> None:
+    gc.disable()
+    try:
+        time_gated(torch.relu, [[torch.ones(4)]], DeviceClock("cpu"), _Gate(2, []), warmup=0, repeats=2, flush_bytes=0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import gc
+import signal
 import types
 from collections.abc import Iterator
 
@@ -128,3 +129,16 @@ def test_the_collector_is_off_inside_the_draw_only() -> None:
     with pytest.raises(ValueError), watch.around():
         raise ValueError("a draw that fails")
     assert gc.isenabled()
+
+
+def test_a_python_signal_handler_set_after_the_snapshot_is_seen() -> None:
+    """A Python handler runs between any two bytecodes: one a timer fires would run between a draw and its window
+    (found from outside: a ``SIGALRM`` handler that found the drawn inputs in the harness's frame)."""
+    watch = DrawWatch()
+    old = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    try:
+        watch.check("signal")
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    watch.check("restored")
+    assert len(watch.found) == 1 and "signal handlers" in watch.found[0] and "(signal)" in watch.found[0]
