@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import gc
 import math
+import operator
 import random
 import signal
 import sys
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["DrawWatch"]
+__all__ = ["DrawWatch", "refuse_audit_hooks"]
 
 _MAX_FOUND = 12
 # Compared whole at every check: the globals of the drawing code, where an added name shadows a builtin.
@@ -70,17 +71,51 @@ def _mode_depths() -> tuple[int, int]:
     return int(function()), int(dispatch())
 
 
-def _hooks() -> list[Any]:
+def _hooks() -> tuple[Any, ...]:
     """The ways the interpreter calls back into Python code on its own: the garbage collector's callbacks, the
     trace and profile functions, the Python-level signal handlers (a timer's ``SIGALRM`` would run one between
     a draw and its window), the tools holding a ``sys.monitoring`` id (3.12+). Not the import system's finders:
-    a draw imports nothing, and an honest candidate's imports may add one (six's meta importer)."""
-    out: list[Any] = [list(gc.callbacks), sys.gettrace(), sys.getprofile()]
+    a draw imports nothing, and an honest candidate's imports may add one (six's meta importer). Audit hooks
+    cannot be listed: :func:`refuse_audit_hooks` keeps new ones out instead. Compared by :func:`_same_hooks`."""
+    out: list[Any] = [*gc.callbacks, _GONE, sys.gettrace(), sys.getprofile()]
     out += [signal.getsignal(s) for s in _SIGNALS]  # a Python handler runs between any two bytecodes
     monitoring = getattr(sys, "monitoring", None)
     if monitoring is not None:  # a tool's events and callbacks need its id taken first (use_tool_id)
-        out += [(monitoring.get_tool(tool), monitoring.get_events(tool)) for tool in range(6)]
-    return out
+        out += [v for tool in range(6) for v in (monitoring.get_tool(tool), monitoring.get_events(tool))]
+    return tuple(out)
+
+
+def _same_hooks(now: tuple[Any, ...], was: tuple[Any, ...]) -> bool:
+    """The same objects one by one, never through an object's own ``__eq__`` (a profile function whose ``__eq__``
+    says True would pass a ``==``, and would run inside the check); a plain ``int`` or ``str`` by value."""
+    if len(now) != len(was):
+        return False
+    return all(a is b or (type(a) is type(b) and type(a) in (int, str) and a == b) for a, b in zip(now, was))
+
+
+class _AuditHooks:
+    installed = False
+    refused = 0  # hooks refused since refuse_audit_hooks
+
+
+def refuse_audit_hooks() -> int:
+    """From now on no audit hook can be added in this process (an existing hook that raises ``RuntimeError`` on
+    ``sys.addaudithook`` makes CPython drop the new one and suppress the error; ``PySys_AddAuditHook`` from C asks
+    the same hooks); returns how many were refused so far. An audit hook runs at events the harness itself raises
+    between a draw and its window (``builtins.id``, ``compile``, ``object.__getattr__``), the inputs drawn: seen
+    from outside. Refused silently, not reported: filelock adds one of its own on Python 3.12+ when imported (for
+    fork safety, which the worker's sandbox refuses anyway). Installed once per process; a Python call per
+    audited event from then on (~0.13 us)."""
+    if not _AuditHooks.installed:
+
+        def refuse(event: str, args: tuple[Any, ...]) -> None:
+            if event == "sys.addaudithook":
+                _AuditHooks.refused += 1
+                raise RuntimeError("audit hooks are refused in a candidate's worker")
+
+        sys.addaudithook(refuse)
+        _AuditHooks.installed = True
+    return _AuditHooks.refused
 
 
 def _names(functions: Iterable[Any]) -> set[str]:
@@ -130,8 +165,7 @@ class DrawWatch:
             name: {key: ns.get(key, _GONE) for key in used} for name, ns in self._live.items() if name not in _WHOLE
         }
         self._keys: dict[str, tuple[str, ...]] = {}
-        self._values: dict[str, list[Any]] = {}  # held, so that no id in _ids is reused meanwhile
-        self._ids: dict[str, tuple[int, ...]] = {}
+        self._values: dict[str, list[Any]] = {}  # held: compared by identity (operator.is_, no audit event)
         for name in self._live:
             self._take(name)
         self._modes = _mode_depths()
@@ -141,16 +175,17 @@ class DrawWatch:
     def _take(self, name: str) -> None:
         ns = self._live[name]
         self._keys[name], self._values[name] = tuple(ns), list(ns.values())
-        self._ids[name] = tuple(map(id, self._values[name]))
 
     def _changed(self, name: str) -> list[str]:
         ns, skip = self._live[name], self._skip.get(name, set())
         # The usual case: the same names in the same order and the same objects, compared in C (no Python frame
         # per attribute: a profile hook in the worker made a generator's compare of torch's namespace 5x slower).
-        if tuple(ns) == self._keys[name] and tuple(map(id, ns.values())) == self._ids[name]:
+        values = self._values[name]
+        if not set(map(type, ns)) <= {str}:  # a str subclass key's __eq__ would run in every lookup of its name
+            return [f"{name}: a name that is not a plain str"]
+        if tuple(ns) == self._keys[name] and len(ns) == len(values) and all(map(operator.is_, ns.values(), values)):
             return []
-        keys, values = self._keys[name], self._values[name]
-        before, found = dict(zip(keys, values)), []
+        before, found = dict(zip(self._keys[name], values)), []
         for key in sorted(set(before) | set(ns)):
             now, was = ns.get(key, _GONE), before.get(key, _GONE)
             if key not in skip and not _same(now, was):
@@ -175,7 +210,7 @@ class DrawWatch:
             now.extend(self._narrow_changed(name) if name in self._narrow and not full else self._changed(name))
         if _mode_depths() != self._modes:
             now.append(f"torch's Python mode stacks (function, dispatch): {self._modes} -> {_mode_depths()}")
-        if _hooks() != self._hooks:
+        if not _same_hooks(_hooks(), self._hooks):
             now.append("the interpreter's hooks (gc callbacks, trace, profile, signal handlers, sys.monitoring)")
         for item in now:
             entry = f"{item} ({when})"

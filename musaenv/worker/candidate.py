@@ -36,7 +36,7 @@ from musaenv.isolation.messages import (
 from musaenv.isolation.reports import GpuPlan, PlanLayer, SandboxState
 from musaenv.timing.timers import DeviceClock, clone_args
 from musaenv.types import BuildRecord
-from musaenv.verification.draw_watch import DrawWatch
+from musaenv.verification.draw_watch import DrawWatch, refuse_audit_hooks
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
 from musaenv.worker import harness
 from musaenv.worker.compile_drive import drive_builds
@@ -292,6 +292,8 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
     ours = {"harness": vars(harness), "ProgramModule": vars(ProgramModule), "CudaToDevice": vars(CudaToDevice)}
     reach = [ProgramModule, CudaToDevice, harness.seed_all, to_device]  # the harness's code a draw runs
     draws = DrawWatch(program.module, sizes, ours, reach) if guard.checks and req.timing else None
+    if draws is not None:
+        refuse_audit_hooks()  # they would run at the harness's own audited events, after a draw
     sandbox = _enter_sandbox(req)
     chan.send(Stage("load", sandbox).to_dict())
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import builtins
 import gc
 import signal
+import subprocess
+import sys
 import types
 from collections.abc import Iterator
 
@@ -142,3 +144,58 @@ def test_a_python_signal_handler_set_after_the_snapshot_is_seen() -> None:
         signal.signal(signal.SIGUSR1, old)
     watch.check("restored")
     assert len(watch.found) == 1 and "signal handlers" in watch.found[0] and "(signal)" in watch.found[0]
+
+
+class _AlwaysEqual:
+    """A profile function that says it equals anything: a ``==`` comparison of the hooks would pass it, and call
+    its ``__eq__`` (candidate code) inside the check."""
+
+    def __call__(self, frame: object, event: str, arg: object) -> None:
+        return None
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+def test_hooks_are_compared_by_identity_not_by_their_own_eq() -> None:
+    watch = DrawWatch()
+    sys.setprofile(_AlwaysEqual())
+    try:
+        watch.check("profile")
+    finally:
+        sys.setprofile(None)
+    assert len(watch.found) == 1 and "(profile)" in watch.found[0]
+
+
+def test_a_name_that_is_not_a_plain_str_is_seen() -> None:
+    class Sly(str):
+        def __eq__(self, other: object) -> bool:
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    m = types.ModuleType("ns")
+    m.value = 1  # type: ignore[attr-defined]
+    watch = DrawWatch(extra={"ns": vars(m)})
+    vars(m)[Sly("other")] = 2
+    watch.check("end", full=True)
+    assert watch.found == ["ns: a name that is not a plain str (end)"]
+
+
+def test_audit_hooks_added_later_are_refused() -> None:
+    """In a process of its own: the refusal cannot be undone, and pytest's process should keep its hooks."""
+    code = (
+        "import sys\n"
+        "from musaenv.verification.draw_watch import refuse_audit_hooks\n"
+        "assert refuse_audit_hooks() == 0\n"
+        "seen = []\n"
+        "sys.addaudithook(lambda event, args: seen.append(event))\n"
+        "sys.audit('musaenv.probe')\n"
+        "assert seen == [], seen\n"
+        "assert refuse_audit_hooks() == 1\n"
+        "print('refused')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
