@@ -1,4 +1,4 @@
-"""Nothing of the candidate's runs while the harness draws a timed call's inputs in the candidate's worker.
+"""Nothing of the candidate's runs from the harness's draw of a timed call's inputs to the call's window.
 
 With paired timing each timed call's inputs are drawn in the worker when the parent prepares the call
 (:mod:`musaenv.evaluator.pairing`), outside every timed window: the task's ``get_inputs`` runs there, beside the
@@ -8,22 +8,25 @@ import and never left, computed half of each call's ReLU while the harness drew 
 with every runtime check passing (the parent's out-of-window accounting only warns, and only past a whole call).
 
 :class:`DrawWatch` takes, before the candidate's code loads, the identity of every attribute of the namespaces an
-input program reaches by name (torch and its ``nn.functional``, ``nn.init``, ``random``, ``linalg``, ``special``
-and ``fft``, ``torch.Tensor``, numpy and ``numpy.random``, ``random``, ``math``, ``builtins``, the harness's drawing
-code, and the task program's own module less its size constants, which the harness sets per shape), the depth of
-torch's Python mode stacks (function and dispatch modes), the garbage collector's callbacks, the Python-level signal
-handlers and the interpreter's trace, profile and ``sys.monitoring`` hooks. The worker checks them right before each
-timed draw and right after it, with the collector off during the draw (and, in
+input program reaches by name (torch and its ``nn.functional``, ``nn.init``, ``random``, ``linalg``, ``special`` and
+``fft``, ``torch.Tensor``, numpy and ``numpy.random``, ``random``, ``math``, ``builtins``, the harness's drawing
+code and the timing loop's steps after it up to the window, given by the worker (``extra``, ``reach``:
+:mod:`musaenv.worker.draw_reach`), and the task program's own module less its size constants, which the harness sets
+per shape), the depth of torch's Python mode stacks (function and dispatch modes), the garbage collector's
+callbacks, the Python-level signal handlers and the interpreter's trace, profile and ``sys.monitoring`` hooks. The
+worker checks them right before each timed draw and right after it, with the collector off during the draw (and, in
 :func:`musaenv.timing.timers.time_gated`, from the draw until the parent has read the worker's clock after the
-window: no finaliser of the candidate's garbage runs with the inputs drawn and the clock not started): a patch
-made by the previous call, by something it left to run when the harness frees its output, or by the draw itself
-is seen. Per draw the large namespaces are compared at the names the drawing code looks up (cost, below); after
-the timed calls every attribute once. What is found is reported as the harness's tampering
-(``harness_tampering``) with the timing report.
+window: no finaliser of the candidate's garbage runs with the inputs drawn and the clock not started): a patch made
+by the previous call, by something it left to run when the harness frees its output, or by the draw itself is seen.
+Per draw the large namespaces are compared at the names the drawing code looks up (cost, below); after the timed
+calls every attribute once. What is found is reported as the harness's tampering (``harness_tampering``) with the
+timing report.
 
 What it cannot see: native code that runs inside the draw (an allocator the candidate installed, a signal
-handler), which the binary check of the candidate's module refuses to link; and a patch that undoes itself within
-the draw and is made again by code that then runs outside the draw and its two checks.
+handler), which the binary check of the candidate's module refuses to link; a patch that undoes itself within
+the draw and is made again by code that then runs outside the draw and its two checks; and what the compared
+names reach further down (an attribute of an object they hold: only the few named in ``extra`` are compared).
+Audit hooks cannot be listed, so :func:`refuse_audit_hooks` keeps them out.
 """
 
 from __future__ import annotations

@@ -40,9 +40,9 @@ from musaenv.verification.draw_watch import DrawWatch, refuse_audit_hooks
 from musaenv.verification.runtime_probe import RuntimeGuard, thread_count, watch_targets
 from musaenv.worker import harness
 from musaenv.worker.compile_drive import drive_builds
+from musaenv.worker.draw_reach import draw_watch
 from musaenv.worker.failures import CandidateFailure, InputDrawError, format_exc
 from musaenv.worker.harness import (
-    CudaToDevice,
     DrawnInputs,
     ProgramModule,
     draw_inputs,
@@ -288,10 +288,7 @@ def run_candidate(chan: Channel, req: CandidateRequest) -> None:
             return
     # Before any candidate code: the guard snapshots clocks, harness functions, settings and the thread count.
     guard = RuntimeGuard(req.runtime, device, state.calls, _watch())
-    sizes = program.size_names | {k for shape in req.shapes for k in shape}
-    ours = {"harness": vars(harness), "ProgramModule": vars(ProgramModule), "CudaToDevice": vars(CudaToDevice)}
-    reach = [ProgramModule, CudaToDevice, harness.seed_all, to_device]  # the harness's code a draw runs
-    draws = DrawWatch(program.module, sizes, ours, reach) if guard.checks and req.timing else None
+    draws = draw_watch(program, req) if guard.checks and req.timing else None
     if draws is not None:
         refuse_audit_hooks()  # they would run at the harness's own audited events, after a draw
     sandbox = _enter_sandbox(req)
