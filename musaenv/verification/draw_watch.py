@@ -123,12 +123,24 @@ def refuse_audit_hooks() -> int:
     return _AuditHooks.refused
 
 
+# Names the interpreter looks up for the code without their being in it: construction, calls, attribute access,
+# with-blocks, iteration, truth, numbers and formatting, comparison, and torch's overrides (a ``TimeReady(...)``
+# runs the class's ``__init__``; ``f"{x}"`` its ``__format__``).
+_IMPLIED = frozenset(
+    """__init__ __new__ __post_init__ __call__ __getattribute__ __getattr__ __setattr__ __delattr__ __get__ __set__
+    __enter__ __exit__ __iter__ __next__ __len__ __getitem__ __setitem__ __contains__ __bool__ __index__ __int__
+    __float__ __format__ __str__ __repr__ __hash__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __del__
+    __torch_function__ __torch_dispatch__""".split()  # noqa: SIM905 - a table reads better than 35 literals
+)
+
+
 def _names(functions: Iterable[Any]) -> set[str]:
-    """Every global and attribute name the code of ``functions`` (and the code nested in it) looks up."""
+    """Every global and attribute name the code of ``functions`` (and the code nested in it) looks up, with the
+    names the interpreter looks up for it (:data:`_IMPLIED`)."""
     functions = list(functions)
     members = [m for f in functions if isinstance(f, type) for m in vars(f).values()]  # a class: its methods
     todo = [c for f in [*functions, *members] if isinstance(c := getattr(f, "__code__", None), types.CodeType)]
-    names: set[str] = set()
+    names: set[str] = set(_IMPLIED)
     while todo:
         code = todo.pop()
         names.update(code.co_names)

@@ -199,3 +199,24 @@ def test_audit_hooks_added_later_are_refused() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr[-2000:]
+
+
+def test_names_the_interpreter_looks_up_for_the_code_are_watched_too() -> None:
+    """``Word(...)`` names no ``__init__``, yet runs it: a replaced ``__init__`` of a class the timing loop builds
+    its messages with would run between a draw and its window."""
+
+    class Word:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+    def ready(index: int) -> Word:
+        return Word(index)
+
+    watch = DrawWatch(extra={"Word": vars(Word)}, reach=[ready])
+    real = Word.__init__
+    Word.__init__ = lambda self, index: None  # type: ignore[method-assign]
+    try:
+        watch.check("draw")
+    finally:
+        Word.__init__ = real  # type: ignore[method-assign]
+    assert watch.found == ["Word.__init__ (draw)"]
