@@ -275,16 +275,22 @@ def test_permissive_policy_reports_coverage_instead(suite: Suite) -> None:
 
 
 def test_kernelbench_policy_needs_the_kernel_to_do_the_work(suite: Suite) -> None:
-    """torch.softmax plus a memcpy "kernel" was correct under kernelbench (coverage read 0.94 from wall time): the
-    kernels' share of the compute time is below the floor on every one of 5 runs. Kernels doing the softmax with one
-    small op left to torch stay correct, their coverage above the floor."""
+    """torch.softmax plus a memcpy "kernel" was correct under kernelbench (coverage read 0.94 from wall time): it is
+    refused on every one of 5 runs by what its output is (torch_computed_output), and the kernels' share of the
+    compute time is below the floor over the runs (median). The share is a measurement: 0.37-0.76 quiet, up to
+    0.74 with a CI run beside it, so a single run may read over the floor; its flag then follows the reading.
+    Kernels doing the softmax with one small op left to torch stay correct, their coverage above the floor."""
+    covs = []
     with LocalEvaluator("cpu", KERNELBENCH) as ev:
         for seed in range(1, 6):
             r = ev.evaluate(suite.tasks["softmax"], render("s04_softmax_copy"), seed=seed)
             _no_reward(r)
-            assert r.stage is Stage.CHEATING, f"run {seed}: {_describe(r)}"
-            assert set(r.flags) == {"low_kernel_coverage", "torch_computed_output"}, f"run {seed}: {_describe(r)}"
-            assert r.extra["runtime"]["coverage"]["kernel"] < KERNEL_COVERAGE_FLOOR, _describe(r)
+            assert r.stage is Stage.CHEATING and "torch_computed_output" in r.flags, f"run {seed}: {_describe(r)}"
+            assert set(r.flags) <= {"low_kernel_coverage", "torch_computed_output"}, f"run {seed}: {_describe(r)}"
+            covs.append(r.extra["runtime"]["coverage"]["kernel"])
+            below = covs[-1] < KERNEL_COVERAGE_FLOOR
+            assert ("low_kernel_coverage" in r.flags) is below, f"run {seed}: {_describe(r)}"
+        assert sorted(covs)[2] < KERNEL_COVERAGE_FLOOR, covs
         for name, task in KERNELBENCH_HONEST.items():
             r = ev.evaluate(suite.tasks[task], render(name), seed=6)
             assert r.stage is Stage.CORRECT and not r.flags, _describe(r)
