@@ -278,7 +278,7 @@ def test_kernelbench_policy_needs_the_kernel_to_do_the_work(suite: Suite) -> Non
     """torch.softmax plus a memcpy "kernel" was correct under kernelbench (coverage read 0.94 from wall time): it is
     refused on every one of 5 runs by what its output is (torch_computed_output), and the kernels' share of the
     compute time is below the floor over the runs (median). The share is a measurement: 0.37-0.76 quiet, up to
-    0.74 with a CI run beside it, so a single run may read over the floor; its flag then follows the reading.
+    0.74 with a CI run beside it, 0.94 once in CI, so a single run may read over the floor; its flag then follows it.
     Kernels doing the softmax with one small op left to torch stay correct, their coverage above the floor."""
     covs = []
     with LocalEvaluator("cpu", KERNELBENCH) as ev:
