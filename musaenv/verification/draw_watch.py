@@ -216,7 +216,7 @@ class DrawWatch:
         values = self._values[name]
         if not set(map(type, ns)) <= {str}:  # a str subclass key's __eq__ would run in every lookup of its name
             return [f"{name}: a name that is not a plain str"]
-        if tuple(ns) == self._keys[name] and len(ns) == len(values) and all(map(operator.is_, ns.values(), values)):
+        if tuple(ns) == self._keys[name] and all(map(operator.is_, ns.values(), values)):  # same keys: same length
             return []
         before, found = dict(zip(self._keys[name], values)), []
         for key in sorted(set(before) | set(ns)):
@@ -228,10 +228,9 @@ class DrawWatch:
         return found
 
     def _narrow_changed(self, name: str) -> list[str]:
-        narrow = self._narrow[name]
-        if narrow.unchanged(self._live[name]):
+        narrow, ns = self._narrow[name], self._live[name]
+        if narrow.unchanged(ns):
             return []
-        ns = self._live[name]
         changed = [k for k, was in zip(narrow.present, narrow.values) if not _same(ns.get(k, _GONE), was)]
         return [f"{name}.{k}" for k in sorted({*changed, *narrow.added(ns)})]
 
